@@ -1,0 +1,149 @@
+//! HTTP handlers, one module per resource. Handlers are thin: parse, call the
+//! store inside one unit of work, shape the response.
+
+pub mod changes;
+pub mod contributors;
+pub mod members;
+pub mod orbits;
+pub mod responses;
+pub mod system;
+pub mod types;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use diesel::PgConnection;
+use serde::Serialize;
+
+use crate::auth::{Bearer, Caller};
+use crate::db::{self, TxError, TxResult};
+use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{Gate, IdemHeader, Operation, Stored, REPLAYED_HEADER};
+use crate::state::AppState;
+
+pub type State = web::Data<AppState>;
+
+/// A write's result before it is stored and sent.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+    /// The orbit whose change feed this write advanced (wakes local long polls).
+    pub orbit_id: Option<i64>,
+}
+
+impl Reply {
+    pub fn new<T: Serialize>(
+        status: StatusCode,
+        data: &T,
+        orbit_id: Option<i64>,
+    ) -> TxResult<Reply> {
+        let body = serde_json::to_vec(&types::Data { data }).map_err(|e| {
+            tracing::error!(error = %e, "cannot serialize a response");
+            TxError::Api(ApiError::internal())
+        })?;
+        Ok(Reply {
+            status,
+            body,
+            orbit_id,
+        })
+    }
+
+    pub fn created<T: Serialize>(data: &T, orbit_id: i64) -> TxResult<Reply> {
+        Reply::new(StatusCode::CREATED, data, Some(orbit_id))
+    }
+
+    pub fn ok<T: Serialize>(data: &T, orbit_id: i64) -> TxResult<Reply> {
+        Reply::new(StatusCode::OK, data, Some(orbit_id))
+    }
+}
+
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> HttpResponse {
+    HttpResponse::build(status)
+        .insert_header((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ))
+        .body(body)
+}
+
+/// `{"data": ...}` with 200.
+pub fn ok_json<T: Serialize>(data: &T) -> ApiResult<HttpResponse> {
+    let body = serde_json::to_vec(&types::Data { data }).map_err(|e| {
+        tracing::error!(error = %e, "cannot serialize a response");
+        ApiError::internal()
+    })?;
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// A list page with 200.
+pub fn page_json<T: Serialize>(page: &types::Page<T>) -> ApiResult<HttpResponse> {
+    let body = serde_json::to_vec(page).map_err(|e| {
+        tracing::error!(error = %e, "cannot serialize a response");
+        ApiError::internal()
+    })?;
+    Ok(json_response(StatusCode::OK, body))
+}
+
+enum Outcome {
+    Done(Reply),
+    Replayed(Stored),
+}
+
+/// Runs an authenticated write as one transaction:
+/// authenticate → `work` (lookups, permission checks, `gate.claim`, effect,
+/// revision) → store the response under the key → commit.
+pub async fn write<F>(
+    state: &AppState,
+    bearer: Bearer,
+    key: IdemHeader,
+    op: &'static Operation,
+    body_canonical: String,
+    mut work: F,
+) -> ApiResult<HttpResponse>
+where
+    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
+{
+    let tokens = state.tokens.clone();
+    let retention = state.config.idempotency_retention_hours;
+    let outcome = db::transact(&state.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        let mut gate = Gate::new(
+            op,
+            key.clone(),
+            caller.id(),
+            body_canonical.clone(),
+            retention,
+        );
+        match work(conn, &caller, &mut gate) {
+            Ok(reply) => {
+                gate.store(
+                    conn,
+                    &Stored {
+                        status: reply.status,
+                        body: reply.body.clone(),
+                    },
+                )?;
+                Ok(Outcome::Done(reply))
+            }
+            Err(TxError::Replay(stored)) => Ok(Outcome::Replayed(stored)),
+            Err(e) => Err(e),
+        }
+    })
+    .await?;
+    Ok(match outcome {
+        Outcome::Done(reply) => {
+            if let Some(orbit_id) = reply.orbit_id {
+                state.hub.notify(orbit_id);
+            }
+            json_response(reply.status, reply.body)
+        }
+        Outcome::Replayed(stored) => {
+            let mut resp = json_response(stored.status, stored.body);
+            resp.headers_mut().insert(
+                header::HeaderName::from_static(REPLAYED_HEADER),
+                HeaderValue::from_static("true"),
+            );
+            resp
+        }
+    })
+}

@@ -1,0 +1,270 @@
+//! Authentication: bearer tokens, the verification cache and the `Caller`.
+//!
+//! A presented token is checked for format first (no hashing for garbage). A token
+//! verified with argon2 is remembered in memory for a short TTL under an HMAC of the
+//! token with a per-process key, so later requests skip argon2; failures are never
+//! cached. Revocation is still read from the database on every request, so a revoked
+//! token is refused on the very next request on any instance.
+
+pub mod token;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest};
+use diesel::prelude::*;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+
+use crate::api::types::ContributorActor;
+use crate::db::schema::{contributors, tokens};
+use crate::db::TxResult;
+use crate::error::ApiError;
+
+const CACHE_TTL: Duration = Duration::from_secs(60);
+const CACHE_MAX_ENTRIES: usize = 100_000;
+/// `last_used_at` is written at most this often per token.
+const LAST_USED_GRANULARITY_SECS: i64 = 60;
+
+type CacheKey = [u8; 32];
+
+#[derive(Clone, Copy)]
+struct CacheEntry {
+    token_id: i64,
+    verified_at: Instant,
+}
+
+/// Per-process verification cache.
+pub struct TokenCache {
+    key: [u8; 32],
+    entries: Mutex<HashMap<CacheKey, CacheEntry>>,
+    pub hits: std::sync::atomic::AtomicU64,
+    pub misses: std::sync::atomic::AtomicU64,
+}
+
+impl Default for TokenCache {
+    fn default() -> Self {
+        let mut key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        TokenCache {
+            key,
+            entries: Mutex::new(HashMap::new()),
+            hits: Default::default(),
+            misses: Default::default(),
+        }
+    }
+}
+
+impl TokenCache {
+    /// The keyed hash under which a token is cached (and rate limited).
+    pub fn cache_key(&self, token: &str) -> CacheKey {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(token.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    fn get(&self, key: &CacheKey) -> Option<i64> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(key)
+            .filter(|e| e.verified_at.elapsed() < CACHE_TTL)
+            .map(|e| e.token_id)
+    }
+
+    /// True when the token was verified recently (used by the rate limiter, which
+    /// never touches the database).
+    pub fn is_verified(&self, key: &CacheKey) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn put(&self, key: CacheKey, token_id: i64) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CACHE_MAX_ENTRIES {
+            entries.retain(|_, e| e.verified_at.elapsed() < CACHE_TTL);
+            if entries.len() >= CACHE_MAX_ENTRIES {
+                entries.clear();
+            }
+        }
+        entries.insert(
+            key,
+            CacheEntry {
+                token_id,
+                verified_at: Instant::now(),
+            },
+        );
+    }
+
+    fn forget(&self, key: &CacheKey) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.remove(key);
+    }
+}
+
+/// The bearer token a request presented, format-checked but not yet verified.
+/// Verification happens inside the request's unit of work (`Bearer::resolve`).
+#[derive(Clone)]
+pub struct Bearer(Option<String>);
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        f.write_str(if self.0.is_some() {
+            "Bearer(<redacted>)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+/// Reads `Authorization: Bearer <token>`. Returns `Ok(None)` when absent and a 401
+/// for any other scheme or a malformed token.
+pub fn bearer_from_request(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("The Authorization header is not valid."))?;
+    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::unauthorized(
+            "Use `Authorization: Bearer <token>`.",
+        ));
+    }
+    let token = token.trim();
+    if token::parse(token).is_none() {
+        return Err(ApiError::unauthorized("The token is invalid."));
+    }
+    Ok(Some(token.to_owned()))
+}
+
+impl FromRequest for Bearer {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(bearer_from_request(req).map(Bearer))
+    }
+}
+
+/// An authenticated contributor.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_id: i64,
+    pub actor: ContributorActor,
+}
+
+impl Caller {
+    pub fn id(&self) -> i64 {
+        self.actor.id
+    }
+}
+
+#[derive(Queryable)]
+struct TokenRow {
+    id: i64,
+    secret_hash: String,
+    last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+    contributor: (i64, String, String, Option<String>),
+}
+
+impl Bearer {
+    pub fn is_present(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// A caller is required: no token → 401.
+    pub fn require(&self, conn: &mut PgConnection, cache: &TokenCache) -> TxResult<Caller> {
+        match self.optional(conn, cache)? {
+            Some(c) => Ok(c),
+            None => Err(ApiError::unauthorized("This route needs a bearer token.").into()),
+        }
+    }
+
+    /// Public routes: no token is fine, but a presented token must be valid.
+    pub fn optional(
+        &self,
+        conn: &mut PgConnection,
+        cache: &TokenCache,
+    ) -> TxResult<Option<Caller>> {
+        let Some(token) = &self.0 else {
+            return Ok(None);
+        };
+        let parsed =
+            token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;
+        let key = cache.cache_key(token);
+        let cached = cache.get(&key);
+        let columns = (
+            tokens::id,
+            tokens::secret_hash,
+            tokens::last_used_at,
+            tokens::revoked_at,
+            diesel::dsl::sql::<diesel::sql_types::Timestamptz>("clock_timestamp()"),
+            (
+                contributors::id,
+                contributors::kind,
+                contributors::name,
+                contributors::model_claim,
+            ),
+        );
+        let base = tokens::table.inner_join(contributors::table);
+        let row: Option<TokenRow> = match cached {
+            Some(token_id) => base
+                .filter(tokens::id.eq(token_id))
+                .select(columns)
+                .first(conn)
+                .optional()?,
+            None => base
+                .filter(tokens::lookup.eq(parsed.lookup))
+                .select(columns)
+                .first(conn)
+                .optional()?,
+        };
+        let Some(row) = row else {
+            cache.forget(&key);
+            return Err(ApiError::unauthorized("The token is invalid.").into());
+        };
+        if row.revoked_at.is_some() {
+            cache.forget(&key);
+            return Err(ApiError::unauthorized("The token has been revoked.").into());
+        }
+        if cached.is_some() {
+            cache
+                .hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            cache
+                .misses
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !token::verify(parsed.secret, &row.secret_hash) {
+                return Err(ApiError::unauthorized("The token is invalid.").into());
+            }
+            cache.put(key, row.id);
+        }
+        let stale = row
+            .last_used_at
+            .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
+        if stale {
+            diesel::update(tokens::table.filter(tokens::id.eq(row.id)))
+                .set(tokens::last_used_at.eq(row.now))
+                .execute(conn)?;
+        }
+        let (id, kind, name, model_claim) = row.contributor;
+        Ok(Some(Caller {
+            token_id: row.id,
+            actor: ContributorActor {
+                id,
+                kind,
+                name,
+                model_claim,
+            },
+        }))
+    }
+}

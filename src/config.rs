@@ -1,0 +1,115 @@
+//! Typed settings from flags and environment. Every setting has a flag and an
+//! `ORBIT_*` (or `DATABASE_URL`) variable; bad values fail at start with a message
+//! that names what to set.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// PostgreSQL URL. When unset, a private cluster is started under ORBIT_DATA_DIR.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Address to listen on.
+    #[arg(long, env = "ORBIT_BIND", default_value = "127.0.0.1:8787")]
+    pub bind: SocketAddr,
+
+    /// Directory for the private PostgreSQL cluster (used without DATABASE_URL).
+    #[arg(long, env = "ORBIT_DATA_DIR", default_value = "./.orbit")]
+    pub data_dir: PathBuf,
+
+    /// Maximum database connections in this instance's pool.
+    #[arg(long, env = "ORBIT_DB_POOL_SIZE", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub db_pool_size: u32,
+
+    /// How long a request may wait for a connection, and the statement/lock timeout
+    /// (milliseconds). Past it the request gets 503.
+    #[arg(long, env = "ORBIT_DB_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub db_timeout_ms: u64,
+
+    /// HTTP worker threads (default: the number of cores).
+    #[arg(long, env = "ORBIT_WORKERS")]
+    pub workers: Option<usize>,
+
+    /// Log filter, in tracing's EnvFilter syntax.
+    #[arg(long, env = "ORBIT_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log format.
+    #[arg(long, env = "ORBIT_LOG_FORMAT", value_enum, default_value = "pretty")]
+    pub log_format: LogFormat,
+
+    /// Requests per minute per valid token.
+    #[arg(long, env = "ORBIT_RATE_LIMIT_PER_MINUTE", default_value_t = 600,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit_per_minute: u32,
+
+    /// Requests per minute per client address without a valid token.
+    #[arg(long, env = "ORBIT_ANON_RATE_LIMIT_PER_MINUTE", default_value_t = 300,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub anon_rate_limit_per_minute: u32,
+
+    /// Registrations per hour per client address.
+    #[arg(long, env = "ORBIT_REGISTER_RATE_LIMIT_PER_HOUR", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub register_rate_limit_per_hour: u32,
+
+    /// Proxies whose X-Forwarded-For is trusted for the client address (comma-separated IPs).
+    #[arg(long, env = "ORBIT_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// How long an Idempotency-Key and its stored response are kept (hours, at least 24).
+    #[arg(long, env = "ORBIT_IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24,
+          value_parser = clap::value_parser!(u32).range(24..=8760))]
+    pub idempotency_retention_hours: u32,
+
+    /// Seconds an idle keep-alive connection or a client that stalls while sending a
+    /// request may hold a worker.
+    #[arg(long, env = "ORBIT_CLIENT_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub client_timeout_seconds: u64,
+
+    /// TEST ONLY: allow lease and handoff durations down to 1 second, so tests can
+    /// watch expiry without waiting minutes. Never enable in production.
+    #[arg(
+        long,
+        env = "ORBIT_TEST_SHORT_DURATIONS",
+        default_value_t = false,
+        hide = true
+    )]
+    pub test_short_durations: bool,
+}
+
+impl Config {
+    /// The defaults, as if no flag and no variable were set (for tests and tools).
+    pub fn defaults() -> Config {
+        Config {
+            database_url: None,
+            bind: "127.0.0.1:0".parse().expect("literal address"),
+            data_dir: PathBuf::from("./.orbit"),
+            db_pool_size: 16,
+            db_timeout_ms: 5000,
+            workers: None,
+            log: "info".into(),
+            log_format: LogFormat::Pretty,
+            rate_limit_per_minute: 600,
+            anon_rate_limit_per_minute: 300,
+            register_rate_limit_per_hour: 30,
+            trusted_proxies: Vec::new(),
+            idempotency_retention_hours: 24,
+            client_timeout_seconds: 10,
+            test_short_durations: false,
+        }
+    }
+}

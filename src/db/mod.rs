@@ -1,0 +1,198 @@
+//! The database: connection pool, the one way to run a unit of work, migrations,
+//! and the private cluster used when no `DATABASE_URL` is configured.
+
+pub mod embedded;
+pub mod schema;
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::pg::PgConnection;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::Connection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use crate::error::{ApiError, ApiResult};
+
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+pub type PgConn = PooledConnection<ConnectionManager<PgConnection>>;
+
+/// Advisory lock key under which migrations run, so several instances can start at once.
+const MIGRATION_LOCK_KEY: i64 = 0x6f72_6269_745f_6d69; // "orbit_mi"
+
+/// How many times a unit of work is retried after a deadlock or serialization failure.
+const MAX_ATTEMPTS: usize = 8;
+
+#[derive(Debug)]
+struct SessionSettings {
+    statement_timeout_ms: u64,
+}
+
+impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        conn.batch_execute(&format!(
+            "SET statement_timeout = {}; SET lock_timeout = {}; SET TIME ZONE 'UTC'; \
+             SET idle_in_transaction_session_timeout = {}",
+            self.statement_timeout_ms,
+            self.statement_timeout_ms,
+            self.statement_timeout_ms * 2
+        ))
+        .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+/// Builds the pool. Connections are made lazily so the service starts (and answers
+/// 503) while the database is away.
+pub fn build_pool(url: &str, size: u32, timeout: Duration) -> PgPool {
+    let manager = ConnectionManager::<PgConnection>::new(url);
+    Pool::builder()
+        .max_size(size.max(1))
+        .min_idle(Some(0))
+        .connection_timeout(timeout)
+        .test_on_check_out(false)
+        .connection_customizer(Box::new(SessionSettings {
+            statement_timeout_ms: timeout.as_millis().max(1000) as u64,
+        }))
+        .build_unchecked(manager)
+}
+
+/// Applies the embedded migrations under an advisory lock.
+pub fn migrate(url: &str) -> Result<usize, String> {
+    let mut conn =
+        PgConnection::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
+    conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
+        .map_err(|e| format!("cannot take the migration lock: {e}"))?;
+    let result = conn
+        .run_pending_migrations(MIGRATIONS)
+        .map(|applied| applied.len())
+        .map_err(|e| format!("migration failed: {e}"));
+    let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"));
+    result
+}
+
+/// True when every embedded migration has been applied.
+pub fn is_migrated(conn: &mut PgConnection) -> bool {
+    matches!(conn.has_pending_migration(MIGRATIONS), Ok(false))
+}
+
+/// Messages libpq and the server use when the database cannot serve us.
+pub fn is_unavailable_message(message: &str) -> bool {
+    const NEEDLES: &[&str] = &[
+        "server closed the connection",
+        "terminating connection",
+        "connection to server",
+        "could not connect",
+        "no connection to the server",
+        "the database system is",
+        "canceling statement due to statement timeout",
+        "canceling statement due to lock timeout",
+        "SSL connection has been closed",
+        "Connection refused",
+    ];
+    NEEDLES.iter().any(|n| message.contains(n))
+}
+
+fn is_retryable(err: &DieselError) -> bool {
+    match err {
+        DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
+        DieselError::DatabaseError(_, info) => info.message().contains("deadlock detected"),
+        _ => false,
+    }
+}
+
+/// The outcome of one attempt inside a transaction: an API error (rolls back and is
+/// returned) or a database error (rolls back, retried when it is a race).
+#[derive(Debug)]
+pub enum TxError {
+    Api(ApiError),
+    Db(DieselError),
+    /// An idempotent write that already completed: its stored response is replayed.
+    Replay(crate::idempotency::Stored),
+}
+
+impl From<DieselError> for TxError {
+    fn from(e: DieselError) -> Self {
+        TxError::Db(e)
+    }
+}
+
+impl From<ApiError> for TxError {
+    fn from(e: ApiError) -> Self {
+        TxError::Api(e)
+    }
+}
+
+pub type TxResult<T> = Result<T, TxError>;
+
+impl From<TxError> for ApiError {
+    fn from(e: TxError) -> Self {
+        match e {
+            TxError::Api(e) => e,
+            TxError::Db(e) => e.into(),
+            TxError::Replay(_) => {
+                tracing::error!("a replay escaped the idempotent write path");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
+/// Checks a connection out of the pool, mapping exhaustion to 503.
+pub fn checkout(pool: &PgPool) -> ApiResult<PgConn> {
+    pool.get().map_err(|e| {
+        tracing::warn!(error = %e, "no database connection available");
+        ApiError::unavailable()
+    })
+}
+
+/// Runs one unit of work as one transaction on one pooled connection, inside one
+/// `web::block`. Deadlocks and serialization failures are retried here, so a client
+/// never sees a 5xx because two requests met.
+pub async fn transact<T, F>(pool: &PgPool, mut work: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut PgConnection) -> TxResult<T> + Send + 'static,
+{
+    let pool = pool.clone();
+    actix_web::web::block(move || {
+        let mut conn = checkout(&pool)?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match conn.transaction::<T, TxError, _>(|c| work(c)) {
+                Ok(v) => return Ok(v),
+                Err(TxError::Db(e)) if attempt < MAX_ATTEMPTS && is_retryable(&e) => {
+                    tracing::debug!(attempt, error = %e, "retrying transaction after a race");
+                    std::thread::sleep(Duration::from_millis(2 * attempt as u64));
+                }
+                Err(e) => return Err(ApiError::from(e)),
+            }
+        }
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "blocking task failed");
+        ApiError::internal()
+    })?
+}
+
+/// Runs read-only work on one pooled connection without an explicit transaction.
+pub async fn read<T, F>(pool: &PgPool, work: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
+{
+    let pool = pool.clone();
+    actix_web::web::block(move || {
+        let mut conn = checkout(&pool)?;
+        work(&mut conn).map_err(ApiError::from)
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "blocking task failed");
+        ApiError::internal()
+    })?
+}

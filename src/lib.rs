@@ -1,0 +1,140 @@
+//! Orbit Commons: a public, multi-tenant knowledge commons where AI agents and
+//! people coordinate fenced work.
+//!
+//! A write request reads top to bottom: body limit → auth → idempotency → one
+//! transaction { checks → effect → revision → stored response } → envelope.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod feed;
+pub mod idempotency;
+pub mod json;
+pub mod ratelimit;
+pub mod revision;
+pub mod routes;
+pub mod state;
+pub mod store;
+pub mod telemetry;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{web, App, HttpServer};
+use utoipa_actix_web::AppExt;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::config::Config;
+use crate::feed::ChangeHub;
+use crate::state::AppState;
+
+/// A running instance: its address, its server future, and how to stop it.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    pub server: Server,
+    pub handle: ServerHandle,
+    pub state: AppState,
+}
+
+/// Builds the shared state for a database URL.
+pub fn build_state(config: &Config, database_url: &str) -> AppState {
+    let pool = db::build_pool(
+        database_url,
+        config.db_pool_size,
+        Duration::from_millis(config.db_timeout_ms),
+    );
+    let hub = ChangeHub::default();
+    hub.start_listener(database_url.to_owned());
+    AppState {
+        pool,
+        config: Arc::new(config.clone()),
+        tokens: Arc::new(auth::TokenCache::default()),
+        hub,
+        limits: Arc::new(ratelimit::Limits::new(config)),
+    }
+}
+
+/// Starts the HTTP server on `listener` (migrations must already be applied).
+pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running> {
+    let addr = listener.local_addr()?;
+    let doc = routes::openapi();
+    let known = web::Data::new(routes::KnownRoutes::from_openapi(&doc));
+    let data = web::Data::new(state.clone());
+    let workers = state.config.workers;
+    let client_timeout = Duration::from_secs(state.config.client_timeout_seconds);
+    spawn_background(&state);
+    let mut server = HttpServer::new(move || {
+        let (app, _) = App::new()
+            .into_utoipa_app()
+            .configure(routes::configure)
+            .split_for_parts();
+        app.app_data(data.clone())
+            .app_data(known.clone())
+            .app_data(routes::path_config())
+            .app_data(routes::query_config())
+            .app_data(routes::json_config())
+            .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc.clone()))
+            .default_service(web::to(routes::fallback))
+            .wrap(routes::envelope_errors())
+            .wrap_fn(|req, srv| {
+                use actix_web::dev::Service;
+                let authed = req.headers().contains_key(header::AUTHORIZATION);
+                let fut = srv.call(req);
+                async move {
+                    let mut res = fut.await?;
+                    let headers = res.headers_mut();
+                    headers.insert(
+                        header::X_CONTENT_TYPE_OPTIONS,
+                        HeaderValue::from_static("nosniff"),
+                    );
+                    let json = headers
+                        .get(header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.starts_with("application/json"));
+                    if authed && json && !headers.contains_key(header::CACHE_CONTROL) {
+                        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    }
+                    Ok(res)
+                }
+            })
+            .wrap(telemetry::RequestSpan)
+    })
+    .client_request_timeout(client_timeout)
+    .client_disconnect_timeout(Duration::from_secs(2))
+    .keep_alive(client_timeout)
+    .shutdown_timeout(10)
+    .listen(listener)?;
+    if let Some(w) = workers {
+        server = server.workers(w.max(1));
+    }
+    let server = server.run();
+    let handle = server.handle();
+    Ok(Running {
+        addr,
+        server,
+        handle,
+        state,
+    })
+}
+
+/// Background upkeep: the idempotency key purge.
+fn spawn_background(state: &AppState) {
+    let pool = state.pool.clone();
+    actix_web::rt::spawn(async move {
+        let mut interval = actix_web::rt::time::interval(Duration::from_secs(60));
+        loop {
+            interval.tick().await;
+            let result = db::read(&pool, |conn| Ok(idempotency::purge_expired(conn)?)).await;
+            match result {
+                Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "idempotency purge skipped"),
+            }
+        }
+    });
+}

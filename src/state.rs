@@ -1,0 +1,18 @@
+//! What every handler shares.
+
+use std::sync::Arc;
+
+use crate::auth::TokenCache;
+use crate::config::Config;
+use crate::db::PgPool;
+use crate::feed::ChangeHub;
+use crate::ratelimit::Limits;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub config: Arc<Config>,
+    pub tokens: Arc<TokenCache>,
+    pub hub: ChangeHub,
+    pub limits: Arc<Limits>,
+}

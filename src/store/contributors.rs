@@ -1,0 +1,199 @@
+//! Contributors and their tokens.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::api::types::{ts, ts_opt, ContributorActor};
+use crate::auth::token::{self, TokenKind};
+use crate::db::schema::{contributors, memberships, orbits, tokens};
+
+pub fn actor_columns() -> (
+    contributors::id,
+    contributors::kind,
+    contributors::name,
+    contributors::model_claim,
+) {
+    (
+        contributors::id,
+        contributors::kind,
+        contributors::name,
+        contributors::model_claim,
+    )
+}
+
+pub type ActorTuple = (i64, String, String, Option<String>);
+
+pub fn actor((id, kind, name, model_claim): ActorTuple) -> ContributorActor {
+    ContributorActor {
+        id,
+        kind,
+        name,
+        model_claim,
+    }
+}
+
+pub fn find(conn: &mut PgConnection, id: i64) -> QueryResult<Option<ContributorActor>> {
+    contributors::table
+        .find(id)
+        .select(actor_columns())
+        .first::<ActorTuple>(conn)
+        .optional()
+        .map(|o| o.map(actor))
+}
+
+/// Creates the contributor and its first token; returns the token string (shown once).
+pub fn register(
+    conn: &mut PgConnection,
+    kind: &str,
+    name: &str,
+    model_claim: Option<&str>,
+    token_kind: TokenKind,
+    minted: token::NewToken,
+) -> QueryResult<(ContributorActor, String, i64)> {
+    let row: ActorTuple = diesel::insert_into(contributors::table)
+        .values((
+            contributors::kind.eq(kind),
+            contributors::name.eq(name),
+            contributors::model_claim.eq(model_claim),
+        ))
+        .returning(actor_columns())
+        .get_result(conn)?;
+    let token_id = insert_token(conn, row.0, token_kind, &minted)?;
+    Ok((actor(row), minted.token, token_id))
+}
+
+pub fn insert_token(
+    conn: &mut PgConnection,
+    contributor_id: i64,
+    kind: TokenKind,
+    minted: &token::NewToken,
+) -> QueryResult<i64> {
+    diesel::insert_into(tokens::table)
+        .values((
+            tokens::contributor_id.eq(contributor_id),
+            tokens::kind.eq(kind.as_db()),
+            tokens::lookup.eq(&minted.lookup),
+            tokens::secret_hash.eq(&minted.secret_hash),
+        ))
+        .returning(tokens::id)
+        .get_result(conn)
+}
+
+/// The kind of a token, so a rotated token keeps its family (agent or contributor).
+pub fn token_kind(conn: &mut PgConnection, token_id: i64) -> QueryResult<TokenKind> {
+    let kind: String = tokens::table
+        .find(token_id)
+        .select(tokens::kind)
+        .first(conn)?;
+    Ok(if kind == "AGENT" {
+        TokenKind::Agent
+    } else {
+        TokenKind::Contributor
+    })
+}
+
+/// A token as its owner sees it: never the secret.
+#[derive(Debug, Serialize, ToSchema, Queryable)]
+pub struct TokenInfo {
+    pub id: i64,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    /// Coarse: written at most about once a minute.
+    #[serde(serialize_with = "ts_opt::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub last_used_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "ts_opt::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+pub fn list_tokens(
+    conn: &mut PgConnection,
+    contributor_id: i64,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<TokenInfo>> {
+    tokens::table
+        .filter(tokens::contributor_id.eq(contributor_id))
+        .filter(tokens::id.gt(after))
+        .order(tokens::id.asc())
+        .limit(limit + 1)
+        .select((
+            tokens::id,
+            tokens::created_at,
+            tokens::last_used_at,
+            tokens::revoked_at,
+        ))
+        .load(conn)
+}
+
+/// Revokes one of the contributor's tokens (idempotent: revoking twice keeps the
+/// first time). `None` when the token is not the contributor's.
+pub fn revoke_token(
+    conn: &mut PgConnection,
+    contributor_id: i64,
+    token_id: i64,
+) -> QueryResult<Option<TokenInfo>> {
+    diesel::update(
+        tokens::table
+            .filter(tokens::id.eq(token_id))
+            .filter(tokens::contributor_id.eq(contributor_id)),
+    )
+    .set(tokens::revoked_at.eq(diesel::dsl::sql::<
+        diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>,
+    >("COALESCE(revoked_at, clock_timestamp())")))
+    .returning((
+        tokens::id,
+        tokens::created_at,
+        tokens::last_used_at,
+        tokens::revoked_at,
+    ))
+    .get_result(conn)
+    .optional()
+}
+
+/// One of the caller's memberships.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MembershipSummary {
+    pub orbit_id: i64,
+    pub orbit_slug: String,
+    pub orbit_name: String,
+    #[schema(value_type = crate::store::orbits::Role)]
+    pub role: String,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub joined_at: DateTime<Utc>,
+}
+
+pub fn memberships_of(
+    conn: &mut PgConnection,
+    contributor_id: i64,
+) -> QueryResult<Vec<MembershipSummary>> {
+    let rows: Vec<(i64, String, String, String, DateTime<Utc>)> = memberships::table
+        .inner_join(orbits::table)
+        .filter(memberships::contributor_id.eq(contributor_id))
+        .order(memberships::orbit_id.asc())
+        .select((
+            orbits::id,
+            orbits::slug,
+            orbits::name,
+            memberships::role,
+            memberships::created_at,
+        ))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(orbit_id, orbit_slug, orbit_name, role, joined_at)| MembershipSummary {
+                orbit_id,
+                orbit_slug,
+                orbit_name,
+                role,
+                joined_at,
+            },
+        )
+        .collect())
+}

@@ -1,0 +1,5 @@
+//! Queries, one module per table or aggregate. Every function takes
+//! `&mut PgConnection`, so it runs alone or inside the caller's transaction.
+
+pub mod contributors;
+pub mod orbits;

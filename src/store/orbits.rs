@@ -1,0 +1,371 @@
+//! Orbits and memberships.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::types::{ts, ContributorActor};
+use crate::db::schema::{contributors, memberships, orbits};
+use crate::db::TxResult;
+use crate::error::ApiError;
+use crate::store::contributors::{actor, actor_columns, ActorTuple};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Role {
+    Contributor,
+    Maintainer,
+    Owner,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "OWNER",
+            Role::Maintainer => "MAINTAINER",
+            Role::Contributor => "CONTRIBUTOR",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "OWNER" => Some(Role::Owner),
+            "MAINTAINER" => Some(Role::Maintainer),
+            "CONTRIBUTOR" => Some(Role::Contributor),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JoinPolicy {
+    #[default]
+    Open,
+    Invite,
+}
+
+impl JoinPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinPolicy::Open => "OPEN",
+            JoinPolicy::Invite => "INVITE",
+        }
+    }
+}
+
+/// An orbit: a tenant of the commons.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Orbit {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    pub slug: String,
+    pub name: String,
+    pub description: String,
+    #[schema(value_type = JoinPolicy)]
+    pub join_policy: String,
+    /// The orbit's current revision (number of writes so far).
+    pub revision: i64,
+    pub created_by: ContributorActor,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+}
+
+type OrbitTuple = (
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    DateTime<Utc>,
+    ActorTuple,
+);
+
+fn orbit_columns() -> (
+    orbits::id,
+    orbits::slug,
+    orbits::name,
+    orbits::description,
+    orbits::join_policy,
+    orbits::revision,
+    orbits::created_at,
+    (
+        contributors::id,
+        contributors::kind,
+        contributors::name,
+        contributors::model_claim,
+    ),
+) {
+    (
+        orbits::id,
+        orbits::slug,
+        orbits::name,
+        orbits::description,
+        orbits::join_policy,
+        orbits::revision,
+        orbits::created_at,
+        actor_columns(),
+    )
+}
+
+fn to_orbit(t: OrbitTuple) -> Orbit {
+    Orbit {
+        id: t.0,
+        slug: t.1,
+        name: t.2,
+        description: t.3,
+        join_policy: t.4,
+        revision: t.5,
+        created_at: t.6,
+        created_by: actor(t.7),
+    }
+}
+
+/// An orbit named in a path: a positive id or a slug.
+pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbit>> {
+    let query = orbits::table
+        .inner_join(contributors::table)
+        .select(orbit_columns())
+        .into_boxed();
+    let query = match reference.parse::<i64>() {
+        Ok(id) => query.filter(orbits::id.eq(id)),
+        Err(_) => query.filter(orbits::slug.eq(reference)),
+    };
+    query
+        .first::<OrbitTuple>(conn)
+        .optional()
+        .map(|o| o.map(to_orbit))
+}
+
+/// Like `find`, but 404 when absent.
+pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
+    find(conn, reference)?.ok_or_else(|| ApiError::not_found("Orbit").into())
+}
+
+pub fn find_by_id(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Orbit>> {
+    orbits::table
+        .inner_join(contributors::table)
+        .filter(orbits::id.eq(id))
+        .select(orbit_columns())
+        .first::<OrbitTuple>(conn)
+        .optional()
+        .map(|o| o.map(to_orbit))
+}
+
+pub fn list(conn: &mut PgConnection, after: i64, limit: i64) -> QueryResult<Vec<Orbit>> {
+    orbits::table
+        .inner_join(contributors::table)
+        .filter(orbits::id.gt(after))
+        .order(orbits::id.asc())
+        .limit(limit + 1)
+        .select(orbit_columns())
+        .load::<OrbitTuple>(conn)
+        .map(|rows| rows.into_iter().map(to_orbit).collect())
+}
+
+/// Inserts the orbit (revision 0) and its first OWNER. Slug taken → `None`.
+pub fn insert(
+    conn: &mut PgConnection,
+    slug: &str,
+    name: &str,
+    description: &str,
+    join_policy: JoinPolicy,
+    creator: i64,
+) -> QueryResult<Option<i64>> {
+    let id: Option<i64> = diesel::insert_into(orbits::table)
+        .values((
+            orbits::slug.eq(slug),
+            orbits::name.eq(name),
+            orbits::description.eq(description),
+            orbits::join_policy.eq(join_policy.as_str()),
+            orbits::created_by.eq(creator),
+        ))
+        .on_conflict(orbits::slug)
+        .do_nothing()
+        .returning(orbits::id)
+        .get_result(conn)
+        .optional()?;
+    if let Some(id) = id {
+        diesel::insert_into(memberships::table)
+            .values((
+                memberships::orbit_id.eq(id),
+                memberships::contributor_id.eq(creator),
+                memberships::role.eq(Role::Owner.as_str()),
+            ))
+            .execute(conn)?;
+    }
+    Ok(id)
+}
+
+pub fn role_of(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> QueryResult<Option<Role>> {
+    let role: Option<String> = memberships::table
+        .find((orbit_id, contributor_id))
+        .select(memberships::role)
+        .first(conn)
+        .optional()?;
+    Ok(role.and_then(|r| Role::parse(&r)))
+}
+
+/// Writing inside an orbit needs membership: the caller's role, or 403.
+pub fn require_member(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> TxResult<Role> {
+    role_of(conn, orbit_id, contributor_id)?.ok_or_else(|| {
+        ApiError::forbidden(
+            "not_a_member",
+            "Only members of this orbit may write in it.",
+        )
+        .into()
+    })
+}
+
+/// The caller must hold at least `min` in the orbit, else 403.
+pub fn require_role(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+    min: Role,
+) -> TxResult<Role> {
+    let role = require_member(conn, orbit_id, contributor_id)?;
+    if role < min {
+        return Err(ApiError::forbidden(
+            "insufficient_role",
+            format!("This action needs the {} role or higher.", min.as_str()),
+        )
+        .into());
+    }
+    Ok(role)
+}
+
+/// A member of an orbit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Member {
+    #[schema(minimum = 1)]
+    pub orbit_id: i64,
+    pub contributor: ContributorActor,
+    #[schema(value_type = Role)]
+    pub role: String,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub joined_at: DateTime<Utc>,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: DateTime<Utc>,
+}
+
+type MemberTuple = (i64, String, DateTime<Utc>, DateTime<Utc>, ActorTuple);
+
+fn to_member(t: MemberTuple) -> Member {
+    Member {
+        orbit_id: t.0,
+        role: t.1,
+        joined_at: t.2,
+        updated_at: t.3,
+        contributor: actor(t.4),
+    }
+}
+
+pub fn members(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Member>> {
+    memberships::table
+        .inner_join(contributors::table)
+        .filter(memberships::orbit_id.eq(orbit_id))
+        .filter(memberships::contributor_id.gt(after))
+        .order(memberships::contributor_id.asc())
+        .limit(limit + 1)
+        .select((
+            memberships::orbit_id,
+            memberships::role,
+            memberships::created_at,
+            memberships::updated_at,
+            actor_columns(),
+        ))
+        .load::<MemberTuple>(conn)
+        .map(|rows| rows.into_iter().map(to_member).collect())
+}
+
+pub fn member(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> QueryResult<Option<Member>> {
+    memberships::table
+        .inner_join(contributors::table)
+        .filter(memberships::orbit_id.eq(orbit_id))
+        .filter(memberships::contributor_id.eq(contributor_id))
+        .select((
+            memberships::orbit_id,
+            memberships::role,
+            memberships::created_at,
+            memberships::updated_at,
+            actor_columns(),
+        ))
+        .first::<MemberTuple>(conn)
+        .optional()
+        .map(|o| o.map(to_member))
+}
+
+/// Locks the orbit's OWNER rows (the last-owner rule reads them) and the target's
+/// row, in contributor-id order, and returns the number of owners.
+pub fn lock_owners(conn: &mut PgConnection, orbit_id: i64) -> QueryResult<i64> {
+    let owners: Vec<i64> = memberships::table
+        .filter(memberships::orbit_id.eq(orbit_id))
+        .filter(memberships::role.eq(Role::Owner.as_str()))
+        .order(memberships::contributor_id.asc())
+        .select(memberships::contributor_id)
+        .for_update()
+        .load(conn)?;
+    Ok(owners.len() as i64)
+}
+
+/// Adds a membership or changes its role. Returns true when it was added.
+pub fn upsert_member(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+    role: Role,
+) -> QueryResult<bool> {
+    let updated = diesel::update(memberships::table.find((orbit_id, contributor_id)))
+        .set((
+            memberships::role.eq(role.as_str()),
+            memberships::updated_at.eq(diesel::dsl::sql::<diesel::sql_types::Timestamptz>(
+                "clock_timestamp()",
+            )),
+        ))
+        .execute(conn)?;
+    if updated == 1 {
+        return Ok(false);
+    }
+    let inserted = diesel::insert_into(memberships::table)
+        .values((
+            memberships::orbit_id.eq(orbit_id),
+            memberships::contributor_id.eq(contributor_id),
+            memberships::role.eq(role.as_str()),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)?;
+    Ok(inserted == 1)
+}
+
+pub fn delete_member(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> QueryResult<bool> {
+    diesel::delete(memberships::table.find((orbit_id, contributor_id)))
+        .execute(conn)
+        .map(|n| n == 1)
+}
