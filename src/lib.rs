@@ -4,6 +4,8 @@
 //! A write request reads top to bottom: body limit → auth → idempotency → one
 //! transaction { checks → effect → revision → stored response } → envelope.
 
+pub use actix_web;
+
 pub mod api;
 pub mod auth;
 pub mod config;

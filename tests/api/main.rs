@@ -1,0 +1,4 @@
+//! One integration-test binary: real HTTP against real PostgreSQL.
+
+mod harness;
+mod smoke;
