@@ -256,7 +256,12 @@ impl From<diesel::result::Error> for ApiError {
                 tracing::error!(error = %err, "unexpected NotFound from the database");
                 ApiError::internal()
             }
-            Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
+            // A connection the server dropped fails the statement with
+            // `ClosedConnection` and the rollback after it with `UnableToSendCommand`.
+            Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            ) => {
                 tracing::warn!(error = %err, "database connection lost");
                 ApiError::unavailable()
             }

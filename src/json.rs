@@ -103,8 +103,11 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
             };
             errors.add(&field, "is required");
         } else if let Some(field) = between_backticks(&inner, "unknown field `") {
+            // Here the path already ends at the unknown field itself.
             let field = if path == "." {
                 field
+            } else if path == field || path.ends_with(&format!(".{field}")) {
+                path
             } else {
                 format!("{path}.{field}")
             };

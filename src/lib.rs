@@ -12,6 +12,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod feed;
+pub mod fence;
 pub mod idempotency;
 pub mod json;
 pub mod ratelimit;
@@ -80,6 +81,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
             .app_data(routes::path_config())
             .app_data(routes::query_config())
             .app_data(routes::json_config())
+            .service(web::redirect("/docs", "/docs/"))
             .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc.clone()))
             .default_service(web::to(routes::fallback))
             .wrap(routes::envelope_errors())

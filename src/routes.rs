@@ -75,7 +75,28 @@ pub fn configure(cfg: &mut ServiceConfig) {
                 .service(api::members::list_members)
                 .service(api::members::put_member)
                 .service(api::members::delete_member)
-                .service(api::changes::list_changes),
+                .service(api::changes::list_changes)
+                .service(api::tasks::create_task)
+                .service(api::tasks::list_tasks)
+                .service(api::tasks::get_task)
+                .service(api::tasks::complete_task)
+                .service(api::tasks::cancel_task)
+                .service(api::leases::acquire_lease)
+                .service(api::leases::list_leases)
+                .service(api::leases::get_lease)
+                .service(api::leases::renew_lease)
+                .service(api::leases::release_lease)
+                .service(api::leases::check_fence)
+                .service(api::checkpoints::create_checkpoint)
+                .service(api::checkpoints::list_checkpoints)
+                .service(api::checkpoints::get_checkpoint)
+                .service(api::handoffs::offer_handoff)
+                .service(api::handoffs::accept_handoff)
+                .service(api::handoffs::decline_handoff)
+                .service(api::handoffs::withdraw_handoff)
+                .service(api::handoffs::list_handoffs)
+                .service(api::handoffs::get_handoff)
+                .service(api::handoffs::task_handoffs),
         );
 }
 

@@ -262,15 +262,21 @@ pub async fn delete_member(
                 return Err(forbidden_for(caller_role).into());
             }
             gate.claim(conn, &[orbit.id, target_id])?;
+            // Lock order: the member's tasks (inside) before the membership rows.
+            let released = crate::store::tasks::release_member_work(conn, orbit.id, target_id)?;
             check_last_owner(conn, orbit.id, Some(current), None)?;
             if !store::delete_member(conn, orbit.id, target_id)? {
                 return Err(ApiError::not_found("Membership").into());
             }
-            let summary = if target_id == caller.id() {
+            let mut summary = if target_id == caller.id() {
                 format!("contributor {target_id} left")
             } else {
                 format!("contributor {target_id} removed")
             };
+            for part in released {
+                summary.push_str("; ");
+                summary.push_str(&part);
+            }
             let orbit_revision = revision::record(
                 conn,
                 orbit.id,

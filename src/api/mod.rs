@@ -2,11 +2,15 @@
 //! store inside one unit of work, shape the response.
 
 pub mod changes;
+pub mod checkpoints;
 pub mod contributors;
+pub mod handoffs;
+pub mod leases;
 pub mod members;
 pub mod orbits;
 pub mod responses;
 pub mod system;
+pub mod tasks;
 pub mod types;
 
 use actix_web::http::header::{self, HeaderValue};

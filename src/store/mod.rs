@@ -2,4 +2,7 @@
 //! `&mut PgConnection`, so it runs alone or inside the caller's transaction.
 
 pub mod contributors;
+pub mod handoffs;
 pub mod orbits;
+pub mod refs;
+pub mod tasks;

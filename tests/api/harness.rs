@@ -142,6 +142,9 @@ fn rand_suffix() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// False for a second handle on the same database (`TestApp::another_instance`),
+    /// which must not drop it.
+    owned: bool,
 }
 
 impl TestDb {
@@ -169,6 +172,7 @@ impl TestDb {
         TestDb {
             url: (s.url_for)(&name),
             name,
+            owned: true,
         }
     }
 
@@ -179,6 +183,9 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         if let Some(s) = SERVER.get() {
             if let Ok(mut admin) = PgConnection::establish(&s.admin_url) {
                 let _ = diesel::sql_query(format!(
@@ -207,6 +214,8 @@ pub struct TestApp {
     pub addr: std::net::SocketAddr,
     pub base: String,
     pub client: reqwest::Client,
+    /// The configuration this app was started with.
+    pub config: Config,
     handle: orbit_commons::actix_web::dev::ServerHandle,
     thread: Option<std::thread::JoinHandle<()>>,
     // Declared last: the app stops before its database is dropped.
@@ -228,6 +237,7 @@ impl TestApp {
     /// Starts an app in its own thread and actix system.
     pub fn spawn_on(db: TestDb, config: Config) -> TestApp {
         let url = db.url.clone();
+        let app_config = config.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             orbit_commons::actix_web::rt::System::new().block_on(async move {
@@ -248,10 +258,23 @@ impl TestApp {
                 .timeout(Duration::from_secs(60))
                 .build()
                 .expect("client"),
+            config: app_config,
             handle,
             thread: Some(thread),
             db,
         }
+    }
+
+    /// A second instance of the service on the same database (same configuration),
+    /// for behaviour that must hold across instances. Dropping it leaves the
+    /// database alone.
+    pub fn another_instance(&self) -> TestApp {
+        let db = TestDb {
+            name: self.db.name.clone(),
+            url: self.db.url.clone(),
+            owned: false,
+        };
+        Self::spawn_on(db, self.config.clone())
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -278,6 +301,38 @@ impl TestApp {
             req = req.json(&b);
         }
         Resp::from(req.send().await.expect("request sent")).await
+    }
+
+    /// Sends raw body bytes with extra headers (no Content-Type unless given).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Resp {
+        let mut req = self.client.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        Resp::from(req.send().await.expect("request sent")).await
+    }
+
+    pub async fn put(&self, path: &str, token: &str, body: Value) -> Resp {
+        self.send(Method::PUT, path, Some(token), None, Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Resp {
+        self.send(Method::DELETE, path, Some(token), None, None)
+            .await
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
@@ -358,7 +413,7 @@ pub struct Agent {
 }
 
 /// A response with its body read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Resp {
     pub status: StatusCode,
     pub headers: reqwest::header::HeaderMap,
@@ -368,7 +423,7 @@ pub struct Resp {
 }
 
 impl Resp {
-    async fn from(r: reqwest::Response) -> Resp {
+    pub async fn from(r: reqwest::Response) -> Resp {
         let status = r.status();
         let headers = r.headers().clone();
         let bytes = r.bytes().await.expect("body").to_vec();
@@ -387,6 +442,43 @@ impl Resp {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// Asserts the status and that the body is the error envelope
+    /// (`{message, code, errors?, details?}` as JSON, nothing else); returns the code.
+    #[track_caller]
+    pub fn assert_envelope(&self, status: u16) -> String {
+        assert_eq!(self.status.as_u16(), status, "body: {}", self.text);
+        assert!(
+            self.header("content-type")
+                .is_some_and(|c| c.starts_with("application/json")),
+            "error without JSON content type: {:?} {}",
+            self.header("content-type"),
+            self.text
+        );
+        let obj = self
+            .json
+            .as_object()
+            .unwrap_or_else(|| panic!("error body is not a JSON object: {}", self.text));
+        assert!(obj["message"].is_string(), "no message: {}", self.text);
+        let code = obj["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no code: {}", self.text));
+        assert!(
+            !code.is_empty()
+                && code
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+            "code is not snake_case: {code}"
+        );
+        for k in obj.keys() {
+            assert!(
+                matches!(k.as_str(), "message" | "code" | "errors" | "details"),
+                "unexpected envelope field {k}: {}",
+                self.text
+            );
+        }
+        code.to_owned()
+    }
+
     /// Asserts the status and the error envelope's code.
     #[track_caller]
     pub fn assert_error(&self, status: u16, code: &str) {
@@ -403,4 +495,17 @@ impl Resp {
             "error without JSON content type"
         );
     }
+}
+
+/// Runs a query that returns one BIGINT column named `n`.
+pub fn sql_i64(conn: &mut PgConnection, sql: &str) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    diesel::sql_query(sql)
+        .get_result::<N>(conn)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .n
 }

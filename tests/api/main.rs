@@ -1,4 +1,6 @@
 //! One integration-test binary: real HTTP against real PostgreSQL.
 
 mod harness;
+mod leases;
 mod smoke;
+mod work;

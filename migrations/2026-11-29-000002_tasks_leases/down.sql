@@ -1,0 +1,4 @@
+DROP TABLE handoffs;
+DROP TABLE checkpoints;
+DROP TABLE leases;
+DROP TABLE tasks;

@@ -1,0 +1,193 @@
+//! Checkpoints: saved progress on a task (contract section 9.1).
+
+use actix_web::{get, post, web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use crate::api::responses::{ReadErrors, WriteErrors};
+use crate::api::tasks::task_member;
+use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::{ok_json, page_json, write, Reply, State};
+use crate::auth::Bearer;
+use crate::db;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::fence::{self, Guard, LockMode};
+use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::json::{canonical_json, JsonBody, Validate};
+use crate::revision::{self, Change};
+use crate::store::refs;
+use crate::store::tasks::{self as store, Checkpoint};
+
+/// The canonical form of `state` may be at most this long.
+pub const MAX_STATE_BYTES: usize = 64 * 1024;
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckpointData {
+    pub data: Checkpoint,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckpointPage {
+    pub data: Vec<Checkpoint>,
+    pub meta: PageMeta,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCheckpoint {
+    /// The version of the lease you hold.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    #[schema(min_length = 1, max_length = 4000)]
+    pub summary: String,
+    /// Any JSON whose RFC 8785 canonical form is at most 64 KiB.
+    #[schema(value_type = Object)]
+    pub state: serde_json::Value,
+    /// Artifacts of the same orbit.
+    pub artifact_ids: Option<Vec<i64>>,
+}
+
+impl Validate for CreateCheckpoint {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.lease_version < 1 {
+            e.add("lease_version", "must be at least 1");
+        }
+        e.len("summary", &self.summary, 1, 4000);
+        if canonical_json(&self.state).len() > MAX_STATE_BYTES {
+            e.add("state", "its canonical JSON form must be at most 64 KiB");
+        }
+        if let Some(ids) = &self.artifact_ids {
+            if ids.len() > 100 {
+                e.add("artifact_ids", "at most 100 artifacts");
+            }
+        }
+    }
+}
+
+pub static CREATE_CHECKPOINT: Operation =
+    Operation::required("POST", "/api/v1/tasks/{task}/checkpoints");
+
+/// Save a checkpoint (lease-protected). `sequence` counts 1, 2, 3… per task;
+/// `state_hash` is the SHA-256 of the RFC 8785 canonical form of `state`.
+#[utoipa::path(
+    tag = "Checkpoints",
+    params(("task" = i64, Path, minimum = 1), IdempotencyKeyRequired),
+    request_body = CreateCheckpoint,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 201, body = CheckpointData), WriteErrors),
+)]
+#[post("/tasks/{task}/checkpoints")]
+pub async fn create_checkpoint(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<i64>,
+    body: JsonBody<CreateCheckpoint>,
+) -> ApiResult<HttpResponse> {
+    let task_id = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    let state_canonical = canonical_json(&value.state);
+    let state_hash = hex::encode(Sha256::digest(state_canonical.as_bytes()));
+    let artifact_ids = value.artifact_ids.clone().unwrap_or_default();
+    write(
+        &state,
+        bearer,
+        key,
+        &CREATE_CHECKPOINT,
+        canonical,
+        move |conn, caller, gate| {
+            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+            if !refs::artifacts_in_orbit(conn, orbit_id, &artifact_ids)? {
+                return Err(ApiError::field(
+                    "artifact_ids",
+                    "every artifact must exist in this orbit",
+                )
+                .into());
+            }
+            gate.claim(conn, &[task_id])?;
+            let task = fence::lock(conn, task_id, LockMode::Update)?;
+            let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
+            let id = store::insert_checkpoint(
+                conn,
+                task_id,
+                orbit_id,
+                held.lease_version,
+                caller.id(),
+                &value.summary,
+                &state_canonical,
+                &state_hash,
+                &artifact_ids,
+                task.now,
+            )?;
+            let mut checkpoint = store::checkpoint(conn, id)?.ok_or(ApiError::internal())?;
+            let rev = revision::record(
+                conn,
+                orbit_id,
+                caller.id(),
+                Change {
+                    kind: "checkpoint.created",
+                    entity_type: "checkpoint",
+                    entity_id: id,
+                    task_id: Some(task_id),
+                    summary: format!(
+                        "checkpoint {} of task {task_id} under lease v{}",
+                        checkpoint.sequence, held.lease_version
+                    ),
+                },
+            )?;
+            checkpoint.orbit_revision = Some(rev);
+            Reply::created(&checkpoint, orbit_id)
+        },
+    )
+    .await
+}
+
+/// A task's checkpoints, ascending.
+#[utoipa::path(
+    tag = "Checkpoints",
+    params(("task" = i64, Path, minimum = 1), PageParams),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = CheckpointPage), ReadErrors),
+)]
+#[get("/tasks/{task}/checkpoints")]
+pub async fn list_checkpoints(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+    query: web::Query<PageParams>,
+) -> ApiResult<HttpResponse> {
+    let (limit, after) = query.into_inner().checked()?;
+    let task_id = path.into_inner();
+    let tokens = state.tokens.clone();
+    let rows = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+        Ok(store::checkpoints_of_task(conn, task_id, after, limit)?)
+    })
+    .await?;
+    page_json(&page(rows, limit, |c| c.id))
+}
+
+/// Read a checkpoint.
+#[utoipa::path(
+    tag = "Checkpoints",
+    params(("checkpoint" = i64, Path, minimum = 1)),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = CheckpointData), ReadErrors),
+)]
+#[get("/checkpoints/{checkpoint}")]
+pub async fn get_checkpoint(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    let id = path.into_inner();
+    let tokens = state.tokens.clone();
+    let checkpoint = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        store::checkpoint(conn, id)?.ok_or_else(|| ApiError::not_found("Checkpoint").into())
+    })
+    .await?;
+    ok_json(&checkpoint)
+}

@@ -1,0 +1,438 @@
+//! Leases and the fence check (contract section 8).
+
+use actix_web::{get, post, web, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use crate::api::responses::{ReadErrors, WriteErrors};
+use crate::api::tasks::{task_closed, task_member};
+use crate::api::types::{page, ts, PageMeta, PageParams};
+use crate::api::{ok_json, page_json, write, Reply, State};
+use crate::auth::Bearer;
+use crate::db::{self, TxResult};
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::fence::{self, Guard, LockMode};
+use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::json::{JsonBody, Validate};
+use crate::revision::{self, Change};
+use crate::store::handoffs;
+use crate::store::tasks::{self as store, Lease};
+
+pub const DEFAULT_DURATION: i64 = 900;
+pub const MAX_DURATION: i64 = 3600;
+
+/// The smallest lease duration: 60 s, or 1 s under the test-only flag.
+pub fn min_duration(state: &State) -> i64 {
+    if state.config.test_short_durations {
+        1
+    } else {
+        60
+    }
+}
+
+/// Validates an optional `duration_seconds` (default 900).
+pub fn duration(state: &State, requested: Option<i64>) -> ApiResult<i64> {
+    let d = requested.unwrap_or(DEFAULT_DURATION);
+    let min = min_duration(state);
+    if d < min || d > MAX_DURATION {
+        return Err(ApiError::field(
+            "duration_seconds",
+            format!("must be between {min} and {MAX_DURATION}"),
+        ));
+    }
+    Ok(d)
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LeaseData {
+    pub data: Lease,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LeasePage {
+    pub data: Vec<Lease>,
+    pub meta: PageMeta,
+}
+
+/// Body of an acquire: all optional.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireLease {
+    /// 60..3600 seconds, default 900.
+    #[schema(minimum = 60, maximum = 3600, default = 900)]
+    pub duration_seconds: Option<i64>,
+}
+
+impl Validate for AcquireLease {
+    fn validate(&self, _: &mut FieldErrors) {}
+}
+
+pub fn written_lease(conn: &mut diesel::PgConnection, id: i64, rev: i64) -> TxResult<Lease> {
+    let mut lease = store::lease(conn, id)?.ok_or(ApiError::internal())?;
+    lease.orbit_revision = Some(rev);
+    Ok(lease)
+}
+
+pub static ACQUIRE_LEASE: Operation = Operation::required("POST", "/api/v1/tasks/{task}/leases");
+
+/// Acquire a lease on a task: `lease_version = task.lease_version + 1`.
+///
+/// 409 `lease_conflict` (someone else holds it; only `details.expires_at` is
+/// revealed), `lease_already_held` (`details.lease_id`: renew it instead),
+/// `handed_off` (you have a pending handoff on the task: withdraw it first),
+/// `task_closed`. Acquiring supersedes the task's pending handoffs.
+#[utoipa::path(
+    tag = "Leases",
+    params(("task" = i64, Path, minimum = 1), IdempotencyKeyRequired),
+    request_body(content = Option<AcquireLease>, description = "Optional."),
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 201, body = LeaseData), WriteErrors),
+)]
+#[post("/tasks/{task}/leases")]
+pub async fn acquire_lease(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<i64>,
+    body: JsonBody<AcquireLease>,
+) -> ApiResult<HttpResponse> {
+    let task_id = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    let requested = value.duration_seconds;
+    let state2 = state.clone();
+    write(
+        &state,
+        bearer,
+        key,
+        &ACQUIRE_LEASE,
+        canonical,
+        move |conn, caller, gate| {
+            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+            let seconds = duration(&state2, requested)?;
+            gate.claim(conn, &[task_id])?;
+            let task = fence::lock(conn, task_id, LockMode::Update)?;
+            if !task.is_open() {
+                return Err(task_closed(&task.status).into());
+            }
+            if let Some(h) = handoffs::pending_from(conn, task_id, caller.id(), task.now)? {
+                return Err(fence::handed_off(h.id, h.to_contributor).into());
+            }
+            let mut summary = String::new();
+            if let Some(open) = &task.open_lease {
+                if open.expires_at > task.now {
+                    if open.contributor_id == caller.id() {
+                        return Err(ApiError::conflict(
+                            "lease_already_held",
+                            "You already hold the active lease on this task: renew it instead.",
+                        )
+                        .with_details(json!({ "lease_id": open.id }))
+                        .into());
+                    }
+                    return Err(lease_conflict(&open.expires_at).into());
+                }
+                store::end_lease(conn, open.id, task.now, "EXPIRED")?;
+                summary.push_str(&format!("; lease v{} expired", open.lease_version));
+            }
+            for h in handoffs::supersede_pending(conn, task_id, task.now)? {
+                summary.push_str(&format!("; handoff {h} superseded"));
+            }
+            let version = task.lease_version + 1;
+            let lease_id = store::insert_lease(
+                conn,
+                task_id,
+                orbit_id,
+                caller.id(),
+                version,
+                task.now,
+                seconds,
+            )?;
+            let rev = revision::record(
+                conn,
+                orbit_id,
+                caller.id(),
+                Change {
+                    kind: "lease.acquired",
+                    entity_type: "lease",
+                    entity_id: lease_id,
+                    task_id: Some(task_id),
+                    summary: format!("lease v{version} acquired on task {task_id}{summary}"),
+                },
+            )?;
+            Reply::created(&written_lease(conn, lease_id, rev)?, orbit_id)
+        },
+    )
+    .await
+}
+
+pub fn lease_conflict(expires_at: &DateTime<Utc>) -> ApiError {
+    ApiError::conflict(
+        "lease_conflict",
+        "Someone else holds an active lease on this task. Choose other work, or try again \
+         after details.expires_at.",
+    )
+    .with_details(json!({ "expires_at": crate::api::types::format_ts(expires_at) }))
+}
+
+/// A task's lease history, ascending.
+#[utoipa::path(
+    tag = "Leases",
+    params(("task" = i64, Path, minimum = 1), PageParams),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = LeasePage), ReadErrors),
+)]
+#[get("/tasks/{task}/leases")]
+pub async fn list_leases(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+    query: web::Query<PageParams>,
+) -> ApiResult<HttpResponse> {
+    let (limit, after) = query.into_inner().checked()?;
+    let task_id = path.into_inner();
+    let tokens = state.tokens.clone();
+    let rows = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+        Ok(store::leases_of_task(conn, task_id, after, limit)?)
+    })
+    .await?;
+    page_json(&page(rows, limit, |l| l.id))
+}
+
+/// Read a lease.
+#[utoipa::path(
+    tag = "Leases",
+    params(("lease" = i64, Path, minimum = 1)),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = LeaseData), ReadErrors),
+)]
+#[get("/leases/{lease}")]
+pub async fn get_lease(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    let id = path.into_inner();
+    let tokens = state.tokens.clone();
+    let lease = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        store::lease(conn, id)?.ok_or_else(|| ApiError::not_found("Lease").into())
+    })
+    .await?;
+    ok_json(&lease)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewLease {
+    /// The version of the lease you hold.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    /// 60..3600 seconds from now, default 900.
+    #[schema(minimum = 60, maximum = 3600, default = 900)]
+    pub duration_seconds: Option<i64>,
+}
+
+impl Validate for RenewLease {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.lease_version < 1 {
+            e.add("lease_version", "must be at least 1");
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseVersionBody {
+    /// The version of the lease you hold.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+}
+
+impl Validate for LeaseVersionBody {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.lease_version < 1 {
+            e.add("lease_version", "must be at least 1");
+        }
+    }
+}
+
+/// The lease named in a path, with its task's orbit membership checked.
+fn lease_task(
+    conn: &mut diesel::PgConnection,
+    lease_id: i64,
+    caller: i64,
+) -> TxResult<(i64, i64, i64)> {
+    let lease = store::lease(conn, lease_id)?.ok_or_else(|| ApiError::not_found("Lease"))?;
+    let (orbit_id, _) = task_member(conn, lease.task_id, caller)?;
+    Ok((lease.task_id, orbit_id, lease.lease_version))
+}
+
+pub static RENEW_LEASE: Operation = Operation::required("POST", "/api/v1/leases/{lease}/renew");
+
+/// Renew a lease you hold (lease-protected): same version, `expires_at = now + duration`.
+#[utoipa::path(
+    tag = "Leases",
+    params(("lease" = i64, Path, minimum = 1), IdempotencyKeyRequired),
+    request_body = RenewLease,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = LeaseData), WriteErrors),
+)]
+#[post("/leases/{lease}/renew")]
+pub async fn renew_lease(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<i64>,
+    body: JsonBody<RenewLease>,
+) -> ApiResult<HttpResponse> {
+    let lease_id = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    let state2 = state.clone();
+    write(
+        &state,
+        bearer,
+        key,
+        &RENEW_LEASE,
+        canonical,
+        move |conn, caller, gate| {
+            let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
+            let seconds = duration(&state2, value.duration_seconds)?;
+            gate.claim(conn, &[lease_id])?;
+            let task = fence::lock(conn, task_id, LockMode::Update)?;
+            if path_version != value.lease_version {
+                return Err(fence::stale(&task).into());
+            }
+            let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
+            store::renew_lease(conn, held.lease_id, task.now, seconds)?;
+            let rev = revision::record(
+                conn,
+                orbit_id,
+                caller.id(),
+                Change {
+                    kind: "lease.renewed",
+                    entity_type: "lease",
+                    entity_id: lease_id,
+                    task_id: Some(task_id),
+                    summary: format!("lease v{} renewed for {seconds} s", held.lease_version),
+                },
+            )?;
+            Reply::ok(&written_lease(conn, lease_id, rev)?, orbit_id)
+        },
+    )
+    .await
+}
+
+pub static RELEASE_LEASE: Operation = Operation::required("POST", "/api/v1/leases/{lease}/release");
+
+/// Release a lease you hold (lease-protected). Allowed while your handoff is pending.
+#[utoipa::path(
+    tag = "Leases",
+    params(("lease" = i64, Path, minimum = 1), IdempotencyKeyRequired),
+    request_body = LeaseVersionBody,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = LeaseData), WriteErrors),
+)]
+#[post("/leases/{lease}/release")]
+pub async fn release_lease(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<i64>,
+    body: JsonBody<LeaseVersionBody>,
+) -> ApiResult<HttpResponse> {
+    let lease_id = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    write(
+        &state,
+        bearer,
+        key,
+        &RELEASE_LEASE,
+        canonical,
+        move |conn, caller, gate| {
+            let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
+            gate.claim(conn, &[lease_id])?;
+            let task = fence::lock(conn, task_id, LockMode::Update)?;
+            if path_version != value.lease_version {
+                return Err(fence::stale(&task).into());
+            }
+            let held = fence::check(
+                conn,
+                &task,
+                caller.id(),
+                value.lease_version,
+                Guard::ReleaseOrOffer,
+            )?;
+            store::end_lease(conn, held.lease_id, task.now, "RELEASED")?;
+            let rev = revision::record(
+                conn,
+                orbit_id,
+                caller.id(),
+                Change {
+                    kind: "lease.released",
+                    entity_type: "lease",
+                    entity_id: lease_id,
+                    task_id: Some(task_id),
+                    summary: format!("lease v{} released", held.lease_version),
+                },
+            )?;
+            Reply::ok(&written_lease(conn, lease_id, rev)?, orbit_id)
+        },
+    )
+    .await
+}
+
+/// `PROCEED`: the caller's lease is the task's current active lease.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FenceVerdict {
+    /// Always `PROCEED` (a refusal is a 409).
+    pub verdict: String,
+    pub lease_id: i64,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FenceData {
+    pub data: FenceVerdict,
+}
+
+/// Check the fence right before an irreversible outside effect.
+///
+/// 200 `PROCEED` when your lease is the task's current active lease and you have no
+/// pending handoff on it; otherwise 409 with the lease codes. Writes nothing, advances
+/// no revision, and is never replayed: the `Idempotency-Key` header is ignored.
+#[utoipa::path(
+    tag = "Leases",
+    params(("task" = i64, Path, minimum = 1)),
+    request_body = LeaseVersionBody,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = FenceData), WriteErrors),
+)]
+#[post("/tasks/{task}/fence")]
+pub async fn check_fence(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+    body: JsonBody<LeaseVersionBody>,
+) -> ApiResult<HttpResponse> {
+    let task_id = path.into_inner();
+    let version = body.value.lease_version;
+    let tokens = state.tokens.clone();
+    let verdict = db::transact(&state.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        task_member(conn, task_id, caller.id())?;
+        let task = fence::lock(conn, task_id, LockMode::Share)?;
+        let held = fence::check(conn, &task, caller.id(), version, Guard::Work)?;
+        Ok(FenceVerdict {
+            verdict: "PROCEED".into(),
+            lease_id: held.lease_id,
+            expires_at: held.expires_at,
+        })
+    })
+    .await?;
+    ok_json(&verdict)
+}

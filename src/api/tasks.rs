@@ -1,0 +1,426 @@
+//! Tasks: create, list, read, complete (lease-protected), cancel (contract section 7).
+
+use actix_web::{get, post, web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::api::responses::{ReadErrors, WriteErrors};
+use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::{ok_json, page_json, write, Reply, State};
+use crate::auth::Bearer;
+use crate::db::{self, TxResult};
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::fence::{self, Guard, LockMode};
+use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::json::{JsonBody, Validate};
+use crate::revision::{self, Change};
+use crate::store::handoffs;
+use crate::store::orbits::{self as orbit_store, Role};
+use crate::store::tasks::{self as store, Task, TaskStatus};
+
+#[derive(Serialize, ToSchema)]
+pub struct TaskData {
+    pub data: Task,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TaskPage {
+    pub data: Vec<Task>,
+    pub meta: PageMeta,
+}
+
+/// Body of `POST /api/v1/orbits/{orbit}/tasks`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTask {
+    #[schema(min_length = 1, max_length = 200)]
+    pub title: String,
+    #[schema(max_length = 20000)]
+    pub description: Option<String>,
+    /// A problem of the same orbit.
+    #[schema(minimum = 1)]
+    pub problem_id: Option<i64>,
+}
+
+impl Validate for CreateTask {
+    fn validate(&self, e: &mut FieldErrors) {
+        e.len("title", &self.title, 1, 200);
+        if let Some(d) = &self.description {
+            e.len("description", d, 0, 20000);
+        }
+    }
+}
+
+/// Reads a task back inside the write's transaction, stamped with the revision.
+pub fn written_task(
+    conn: &mut diesel::PgConnection,
+    id: i64,
+    orbit_revision: i64,
+) -> TxResult<Task> {
+    let mut task = store::task(conn, id)?.ok_or(ApiError::internal())?;
+    task.orbit_revision = Some(orbit_revision);
+    Ok(task)
+}
+
+/// Checks that a referenced problem exists in the orbit (422 otherwise).
+pub fn check_problem(
+    conn: &mut diesel::PgConnection,
+    orbit_id: i64,
+    problem_id: Option<i64>,
+) -> TxResult<()> {
+    if let Some(pid) = problem_id {
+        if !crate::store::refs::problem_in_orbit(conn, orbit_id, pid)? {
+            return Err(ApiError::field("problem_id", "no such problem in this orbit").into());
+        }
+    }
+    Ok(())
+}
+
+pub static CREATE_TASK: Operation = Operation::required("POST", "/api/v1/orbits/{orbit}/tasks");
+
+/// Create a task in an orbit (members only).
+#[utoipa::path(
+    tag = "Tasks",
+    params(("orbit" = String, Path, description = "Orbit id or slug."), IdempotencyKeyRequired),
+    request_body = CreateTask,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 201, body = TaskData), WriteErrors),
+)]
+#[post("/orbits/{orbit}/tasks")]
+pub async fn create_task(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<String>,
+    body: JsonBody<CreateTask>,
+) -> ApiResult<HttpResponse> {
+    let reference = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    write(
+        &state,
+        bearer,
+        key,
+        &CREATE_TASK,
+        canonical,
+        move |conn, caller, gate| {
+            let orbit = orbit_store::resolve(conn, &reference)?;
+            orbit_store::require_member(conn, orbit.id, caller.id())?;
+            check_problem(conn, orbit.id, value.problem_id)?;
+            gate.claim(conn, &[orbit.id])?;
+            let id = store::insert_task(
+                conn,
+                orbit.id,
+                value.problem_id,
+                &value.title,
+                value.description.as_deref().unwrap_or(""),
+                caller.id(),
+            )?;
+            let rev = revision::record(
+                conn,
+                orbit.id,
+                caller.id(),
+                Change {
+                    kind: "task.created",
+                    entity_type: "task",
+                    entity_id: id,
+                    task_id: Some(id),
+                    summary: format!("task {id} created"),
+                },
+            )?;
+            Reply::created(&written_task(conn, id, rev)?, orbit.id)
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct TaskQuery {
+    /// Only tasks with this status.
+    pub status: Option<TaskStatus>,
+    /// Only tasks with (true) or without (false) an active lease.
+    pub leased: Option<bool>,
+    /// Page size, 1..100 (default 50).
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<i64>,
+    /// Return tasks with an id greater than this.
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+}
+
+/// List an orbit's tasks, ascending by id.
+#[utoipa::path(
+    tag = "Tasks",
+    params(("orbit" = String, Path, description = "Orbit id or slug."), TaskQuery),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = TaskPage), ReadErrors),
+)]
+#[get("/orbits/{orbit}/tasks")]
+pub async fn list_tasks(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<String>,
+    query: web::Query<TaskQuery>,
+) -> ApiResult<HttpResponse> {
+    let q = query.into_inner();
+    let (limit, after) = PageParams {
+        limit: q.limit,
+        after: q.after,
+    }
+    .checked()?;
+    let reference = path.into_inner();
+    let tokens = state.tokens.clone();
+    let rows = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        let orbit = orbit_store::resolve(conn, &reference)?;
+        Ok(store::tasks_of_orbit(
+            conn,
+            orbit.id,
+            q.status.map(TaskStatus::as_str),
+            q.leased,
+            after,
+            limit,
+        )?)
+    })
+    .await?;
+    page_json(&page(rows, limit, |t| t.id))
+}
+
+/// Read a task with its active lease.
+#[utoipa::path(
+    tag = "Tasks",
+    params(("task" = i64, Path, minimum = 1)),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = TaskData), ReadErrors),
+)]
+#[get("/tasks/{task}")]
+pub async fn get_task(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    let id = path.into_inner();
+    let tokens = state.tokens.clone();
+    let task = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        store::task(conn, id)?.ok_or_else(|| ApiError::not_found("Task").into())
+    })
+    .await?;
+    ok_json(&task)
+}
+
+/// Resolves a task's orbit and checks membership (404, then 403).
+pub fn task_member(
+    conn: &mut diesel::PgConnection,
+    task_id: i64,
+    caller: i64,
+) -> TxResult<(i64, Role)> {
+    let orbit_id = store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+    let role = orbit_store::require_member(conn, orbit_id, caller)?;
+    Ok((orbit_id, role))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteTask {
+    /// The version of the lease you hold.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    #[schema(max_length = 4000)]
+    pub summary: Option<String>,
+    /// A contribution of the same orbit that holds the result.
+    #[schema(minimum = 1)]
+    pub result_contribution_id: Option<i64>,
+}
+
+impl Validate for CompleteTask {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.lease_version < 1 {
+            e.add("lease_version", "must be at least 1");
+        }
+        if let Some(s) = &self.summary {
+            e.len("summary", s, 0, 4000);
+        }
+    }
+}
+
+pub static COMPLETE_TASK: Operation = Operation::required("POST", "/api/v1/tasks/{task}/complete");
+
+/// Complete a task (lease-protected). Ends the lease; the task becomes COMPLETED.
+#[utoipa::path(
+    tag = "Tasks",
+    params(("task" = i64, Path, minimum = 1), IdempotencyKeyRequired),
+    request_body = CompleteTask,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = TaskData), WriteErrors),
+)]
+#[post("/tasks/{task}/complete")]
+pub async fn complete_task(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<i64>,
+    body: JsonBody<CompleteTask>,
+) -> ApiResult<HttpResponse> {
+    let task_id = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    write(
+        &state,
+        bearer,
+        key,
+        &COMPLETE_TASK,
+        canonical,
+        move |conn, caller, gate| {
+            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+            if let Some(cid) = value.result_contribution_id {
+                if !crate::store::refs::contribution_in_orbit(conn, orbit_id, cid)? {
+                    return Err(ApiError::field(
+                        "result_contribution_id",
+                        "no such contribution in this orbit",
+                    )
+                    .into());
+                }
+            }
+            gate.claim(conn, &[task_id])?;
+            let task = fence::lock(conn, task_id, LockMode::Update)?;
+            let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
+            let superseded = handoffs::supersede_pending(conn, task_id, task.now)?;
+            store::end_lease(conn, held.lease_id, task.now, "COMPLETED")?;
+            store::close_task(
+                conn,
+                task_id,
+                TaskStatus::Completed,
+                task.now,
+                value.summary.as_deref(),
+                value.result_contribution_id,
+                None,
+            )?;
+            let mut summary = format!(
+                "task {task_id} completed under lease v{}",
+                held.lease_version
+            );
+            for h in superseded {
+                summary.push_str(&format!("; handoff {h} superseded"));
+            }
+            let rev = revision::record(
+                conn,
+                orbit_id,
+                caller.id(),
+                Change {
+                    kind: "task.completed",
+                    entity_type: "task",
+                    entity_id: task_id,
+                    task_id: Some(task_id),
+                    summary,
+                },
+            )?;
+            Reply::ok(&written_task(conn, task_id, rev)?, orbit_id)
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelTask {
+    #[schema(max_length = 4000)]
+    pub reason: Option<String>,
+}
+
+impl Validate for CancelTask {
+    fn validate(&self, e: &mut FieldErrors) {
+        if let Some(r) = &self.reason {
+            e.len("reason", r, 0, 4000);
+        }
+    }
+}
+
+pub static CANCEL_TASK: Operation = Operation::required("POST", "/api/v1/tasks/{task}/cancel");
+
+/// Cancel a task (MAINTAINER or higher). Ends any lease; PENDING handoffs become
+/// SUPERSEDED.
+#[utoipa::path(
+    tag = "Tasks",
+    params(("task" = i64, Path, minimum = 1), IdempotencyKeyRequired),
+    request_body = CancelTask,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = TaskData), WriteErrors),
+)]
+#[post("/tasks/{task}/cancel")]
+pub async fn cancel_task(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<i64>,
+    body: JsonBody<CancelTask>,
+) -> ApiResult<HttpResponse> {
+    let task_id = path.into_inner();
+    let JsonBody { value, canonical } = body;
+    write(
+        &state,
+        bearer,
+        key,
+        &CANCEL_TASK,
+        canonical,
+        move |conn, caller, gate| {
+            let (orbit_id, role) = task_member(conn, task_id, caller.id())?;
+            if role < Role::Maintainer {
+                return Err(ApiError::forbidden(
+                    "insufficient_role",
+                    "Cancelling a task needs the MAINTAINER role or higher.",
+                )
+                .into());
+            }
+            gate.claim(conn, &[task_id])?;
+            let task = fence::lock(conn, task_id, LockMode::Update)?;
+            if !task.is_open() {
+                return Err(task_closed(&task.status).into());
+            }
+            let superseded = handoffs::supersede_pending(conn, task_id, task.now)?;
+            let mut summary = format!("task {task_id} cancelled");
+            if let Some(lease) = &task.open_lease {
+                store::end_lease(conn, lease.id, task.now, "CANCELLED")?;
+                if lease.expires_at > task.now {
+                    summary.push_str(&format!("; lease v{} ended", lease.lease_version));
+                } else {
+                    summary.push_str(&format!("; lease v{} expired", lease.lease_version));
+                }
+            }
+            for h in superseded {
+                summary.push_str(&format!("; handoff {h} superseded"));
+            }
+            store::close_task(
+                conn,
+                task_id,
+                TaskStatus::Cancelled,
+                task.now,
+                None,
+                None,
+                value.reason.as_deref(),
+            )?;
+            let rev = revision::record(
+                conn,
+                orbit_id,
+                caller.id(),
+                Change {
+                    kind: "task.cancelled",
+                    entity_type: "task",
+                    entity_id: task_id,
+                    task_id: Some(task_id),
+                    summary,
+                },
+            )?;
+            Reply::ok(&written_task(conn, task_id, rev)?, orbit_id)
+        },
+    )
+    .await
+}
+
+pub fn task_closed(status: &str) -> ApiError {
+    ApiError::conflict(
+        "task_closed",
+        "This task is closed (COMPLETED or CANCELLED). Stop and report; choose other work.",
+    )
+    .with_details(serde_json::json!({ "status": status }))
+}

@@ -1,0 +1,409 @@
+//! Handoffs: queries used by the fence and by task/lease writes.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct PendingRef {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub to_contributor: Option<i64>,
+}
+
+/// The caller's PENDING, unexpired handoff on a task, if any (the giver fence).
+pub fn pending_from(
+    conn: &mut PgConnection,
+    task_id: i64,
+    giver: i64,
+    now: DateTime<Utc>,
+) -> QueryResult<Option<PendingRef>> {
+    diesel::sql_query(
+        "SELECT id, to_contributor FROM handoffs \
+         WHERE task_id = $1 AND from_contributor = $2 AND status = 'PENDING' AND expires_at > $3",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(giver)
+    .bind::<Timestamptz, _>(now)
+    .get_result(conn)
+    .optional()
+}
+
+/// Ends the task's PENDING handoff: SUPERSEDED when still live, EXPIRED when past
+/// its expiry. Returns the ids that were superseded (live ones).
+pub fn supersede_pending(
+    conn: &mut PgConnection,
+    task_id: i64,
+    now: DateTime<Utc>,
+) -> QueryResult<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        live: bool,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "UPDATE handoffs SET \
+             status = CASE WHEN expires_at > $2 THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
+             ended_at = CASE WHEN expires_at > $2 THEN $2 ELSE expires_at END \
+         WHERE task_id = $1 AND status = 'PENDING' \
+         RETURNING id, (status = 'SUPERSEDED') AS live",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<Timestamptz, _>(now)
+    .load(conn)?;
+    Ok(rows.into_iter().filter(|r| r.live).map(|r| r.id).collect())
+}
+
+// ---------------------------------------------------------------------------
+// Reads and writes of the handoff resource.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::api::types::{ts, ts_opt, ContributorActor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum HandoffStatus {
+    Pending,
+    Accepted,
+    Superseded,
+    Declined,
+    Withdrawn,
+    Expired,
+}
+
+impl HandoffStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandoffStatus::Pending => "PENDING",
+            HandoffStatus::Accepted => "ACCEPTED",
+            HandoffStatus::Superseded => "SUPERSEDED",
+            HandoffStatus::Declined => "DECLINED",
+            HandoffStatus::Withdrawn => "WITHDRAWN",
+            HandoffStatus::Expired => "EXPIRED",
+        }
+    }
+}
+
+/// An offer to pass a task on, with the checkpoint to resume from.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Handoff {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    #[schema(minimum = 1)]
+    pub orbit_id: i64,
+    #[schema(minimum = 1)]
+    pub task_id: i64,
+    #[schema(minimum = 1)]
+    pub checkpoint_id: i64,
+    /// The giver's lease version when it offered.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    /// A PENDING handoff past `expires_at` reads as EXPIRED.
+    #[schema(value_type = HandoffStatus)]
+    pub status: String,
+    pub message: String,
+    pub from_contributor: ContributorActor,
+    /// Null for an open handoff any other member may accept.
+    pub to_contributor: Option<ContributorActor>,
+    pub accepted_by: Option<ContributorActor>,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: DateTime<Utc>,
+    #[serde(serialize_with = "ts_opt::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub accepted_at: Option<DateTime<Utc>>,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    /// Present on mutation response; omitted on nested read objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, required = false)]
+    pub orbit_revision: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct HandoffRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    orbit_id: i64,
+    #[diesel(sql_type = BigInt)]
+    task_id: i64,
+    #[diesel(sql_type = BigInt)]
+    checkpoint_id: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_version: i64,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Text)]
+    message: String,
+    #[diesel(sql_type = Timestamptz)]
+    expires_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    accepted_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    f_id: i64,
+    #[diesel(sql_type = Text)]
+    f_type: String,
+    #[diesel(sql_type = Text)]
+    f_name: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    f_model_claim: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    t_id: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    t_type: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    t_name: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    t_model_claim: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    a_id: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    a_type: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    a_name: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    a_model_claim: Option<String>,
+}
+
+fn opt_actor(
+    id: Option<i64>,
+    kind: Option<String>,
+    name: Option<String>,
+    model_claim: Option<String>,
+) -> Option<ContributorActor> {
+    id.map(|id| ContributorActor {
+        id,
+        kind: kind.unwrap_or_default(),
+        name: name.unwrap_or_default(),
+        model_claim,
+    })
+}
+
+impl From<HandoffRow> for Handoff {
+    fn from(r: HandoffRow) -> Handoff {
+        Handoff {
+            id: r.id,
+            orbit_id: r.orbit_id,
+            task_id: r.task_id,
+            checkpoint_id: r.checkpoint_id,
+            lease_version: r.lease_version,
+            status: r.status,
+            message: r.message,
+            from_contributor: ContributorActor {
+                id: r.f_id,
+                kind: r.f_type,
+                name: r.f_name,
+                model_claim: r.f_model_claim,
+            },
+            to_contributor: opt_actor(r.t_id, r.t_type, r.t_name, r.t_model_claim),
+            accepted_by: opt_actor(r.a_id, r.a_type, r.a_name, r.a_model_claim),
+            expires_at: r.expires_at,
+            accepted_at: r.accepted_at,
+            created_at: r.created_at,
+            orbit_revision: None,
+        }
+    }
+}
+
+/// The effective status: PENDING past its expiry reads as EXPIRED.
+const STATUS_EXPR: &str =
+    "CASE WHEN h.status = 'PENDING' AND h.expires_at <= clock_timestamp() THEN 'EXPIRED' ELSE h.status END";
+
+fn select() -> String {
+    format!(
+        "SELECT h.id, h.orbit_id, h.task_id, h.checkpoint_id, h.lease_version, \
+            {STATUS_EXPR} AS status, h.message, h.expires_at, h.accepted_at, h.created_at, \
+            f.id AS f_id, f.type AS f_type, f.name AS f_name, f.model_claim AS f_model_claim, \
+            t.id AS t_id, t.type AS t_type, t.name AS t_name, t.model_claim AS t_model_claim, \
+            a.id AS a_id, a.type AS a_type, a.name AS a_name, a.model_claim AS a_model_claim \
+         FROM handoffs h \
+         JOIN contributors f ON f.id = h.from_contributor \
+         LEFT JOIN contributors t ON t.id = h.to_contributor \
+         LEFT JOIN contributors a ON a.id = h.accepted_by"
+    )
+}
+
+pub fn handoff(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Handoff>> {
+    diesel::sql_query(format!("{} WHERE h.id = $1", select()))
+        .bind::<BigInt, _>(id)
+        .get_result::<HandoffRow>(conn)
+        .optional()
+        .map(|o| o.map(Handoff::from))
+}
+
+pub fn handoffs_of_task(
+    conn: &mut PgConnection,
+    task_id: i64,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Handoff>> {
+    diesel::sql_query(format!(
+        "{} WHERE h.task_id = $1 AND h.id > $2 ORDER BY h.id LIMIT $3",
+        select()
+    ))
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(limit + 1)
+    .load::<HandoffRow>(conn)
+    .map(|rows| rows.into_iter().map(Handoff::from).collect())
+}
+
+/// The caller's inbox (targeted at it, plus open handoffs in its orbits that it
+/// did not give) or outbox (given by it), optionally by effective status.
+pub fn mailbox(
+    conn: &mut PgConnection,
+    caller: i64,
+    outbox: bool,
+    status: Option<&str>,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Handoff>> {
+    let who = if outbox {
+        "h.from_contributor = $1"
+    } else {
+        "(h.to_contributor = $1 OR (h.to_contributor IS NULL AND h.from_contributor <> $1 \
+           AND EXISTS (SELECT 1 FROM memberships m WHERE m.orbit_id = h.orbit_id \
+                       AND m.contributor_id = $1)))"
+    };
+    diesel::sql_query(format!(
+        "{} WHERE {who} AND h.id > $2 AND ($3::text IS NULL OR {STATUS_EXPR} = $3) \
+         ORDER BY h.id LIMIT $4",
+        select()
+    ))
+    .bind::<BigInt, _>(caller)
+    .bind::<BigInt, _>(after)
+    .bind::<Nullable<Text>, _>(status)
+    .bind::<BigInt, _>(limit + 1)
+    .load::<HandoffRow>(conn)
+    .map(|rows| rows.into_iter().map(Handoff::from).collect())
+}
+
+/// The raw facts a handoff verb decides on, read under the row lock.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct HandoffLock {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = BigInt)]
+    pub orbit_id: i64,
+    #[diesel(sql_type = BigInt)]
+    pub task_id: i64,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = BigInt)]
+    pub from_contributor: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub to_contributor: Option<i64>,
+    #[diesel(sql_type = Timestamptz)]
+    pub expires_at: DateTime<Utc>,
+}
+
+pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>> {
+    diesel::sql_query(
+        "SELECT id, orbit_id, task_id, status, from_contributor, to_contributor, expires_at \
+         FROM handoffs WHERE id = $1",
+    )
+    .bind::<BigInt, _>(id)
+    .get_result(conn)
+    .optional()
+}
+
+/// Locks a handoff row (after its task's row: see the lock order in `fence`).
+pub fn lock(conn: &mut PgConnection, id: i64) -> QueryResult<HandoffLock> {
+    diesel::sql_query(
+        "SELECT id, orbit_id, task_id, status, from_contributor, to_contributor, expires_at \
+         FROM handoffs WHERE id = $1 FOR UPDATE",
+    )
+    .bind::<BigInt, _>(id)
+    .get_result(conn)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn insert(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    task_id: i64,
+    checkpoint_id: i64,
+    lease_version: i64,
+    message: &str,
+    from: i64,
+    to: Option<i64>,
+    now: DateTime<Utc>,
+    expires_in_seconds: i64,
+) -> QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    diesel::sql_query(
+        "INSERT INTO handoffs (orbit_id, task_id, checkpoint_id, lease_version, message, \
+                               from_contributor, to_contributor, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8 + make_interval(secs => $9)) RETURNING id",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(checkpoint_id)
+    .bind::<BigInt, _>(lease_version)
+    .bind::<Text, _>(message)
+    .bind::<BigInt, _>(from)
+    .bind::<Nullable<BigInt>, _>(to)
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(expires_in_seconds)
+    .get_result::<Id>(conn)
+    .map(|r| r.id)
+}
+
+/// Moves a PENDING handoff to a final status.
+pub fn finish(
+    conn: &mut PgConnection,
+    id: i64,
+    status: HandoffStatus,
+    now: DateTime<Utc>,
+    accepted_by: Option<i64>,
+    accepted_lease_id: Option<i64>,
+    decline_reason: Option<&str>,
+) -> QueryResult<()> {
+    diesel::sql_query(
+        "UPDATE handoffs SET status = $2, ended_at = $3, accepted_by = $4, \
+             accepted_at = CASE WHEN $4::bigint IS NULL THEN NULL ELSE $3 END, \
+             accepted_lease_id = $5, decline_reason = $6 \
+         WHERE id = $1 AND status = 'PENDING'",
+    )
+    .bind::<BigInt, _>(id)
+    .bind::<Text, _>(status.as_str())
+    .bind::<Timestamptz, _>(now)
+    .bind::<Nullable<BigInt>, _>(accepted_by)
+    .bind::<Nullable<BigInt>, _>(accepted_lease_id)
+    .bind::<Nullable<Text>, _>(decline_reason)
+    .execute(conn)?;
+    Ok(())
+}
+
+/// True when the checkpoint belongs to the task.
+pub fn checkpoint_of_task(
+    conn: &mut PgConnection,
+    checkpoint_id: i64,
+    task_id: i64,
+) -> QueryResult<bool> {
+    #[derive(QueryableByName)]
+    struct B {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        ok: bool,
+    }
+    diesel::sql_query(
+        "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE id = $1 AND task_id = $2) AS ok",
+    )
+    .bind::<BigInt, _>(checkpoint_id)
+    .bind::<BigInt, _>(task_id)
+    .get_result::<B>(conn)
+    .map(|b| b.ok)
+}

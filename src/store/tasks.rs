@@ -1,0 +1,702 @@
+//! Tasks, leases and checkpoints: rows, reads, and the writes the fence allows.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::api::types::{ts, ts_opt, ContributorActor};
+
+fn actor(id: i64, kind: String, name: String, model_claim: Option<String>) -> ContributorActor {
+    ContributorActor {
+        id,
+        kind,
+        name,
+        model_claim,
+    }
+}
+
+/// A fenced lease on a task.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Lease {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    #[schema(minimum = 1)]
+    pub task_id: i64,
+    pub contributor: ContributorActor,
+    /// The fencing token: strictly increasing per task.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub acquired_at: DateTime<Utc>,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: DateTime<Utc>,
+    #[serde(serialize_with = "ts_opt::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub renewed_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "ts_opt::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub released_at: Option<DateTime<Utc>>,
+    /// Not ended and not expired, by the database clock at read time.
+    pub is_active: bool,
+    /// Why the lease ended: RELEASED, EXPIRED, HANDED_OFF, COMPLETED, CANCELLED or
+    /// MEMBER_REMOVED; null while it has not.
+    #[schema(value_type = Option<LeaseEndReason>)]
+    pub end_reason: Option<String>,
+    /// Present on mutation response; omitted on nested read objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, required = false)]
+    pub orbit_revision: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum LeaseEndReason {
+    Released,
+    Expired,
+    HandedOff,
+    Completed,
+    Cancelled,
+    MemberRemoved,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskStatus {
+    Open,
+    Completed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Open => "OPEN",
+            TaskStatus::Completed => "COMPLETED",
+            TaskStatus::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// A unit of work in an orbit, worked under a fenced lease.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Task {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    #[schema(minimum = 1)]
+    pub orbit_id: i64,
+    pub problem_id: Option<i64>,
+    pub title: String,
+    pub description: String,
+    #[schema(value_type = TaskStatus)]
+    pub status: String,
+    /// The highest lease version ever issued (0 before the first lease).
+    pub lease_version: i64,
+    pub active_lease: Option<Lease>,
+    /// The completion summary, when COMPLETED with one.
+    pub completion_summary: Option<String>,
+    pub result_contribution_id: Option<i64>,
+    /// The cancellation reason, when CANCELLED with one.
+    pub cancel_reason: Option<String>,
+    pub created_by: ContributorActor,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: DateTime<Utc>,
+    /// Present on mutation response; omitted on nested read objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, required = false)]
+    pub orbit_revision: Option<i64>,
+}
+
+/// Saved progress on a task, readable by whoever continues it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Checkpoint {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    #[schema(minimum = 1)]
+    pub task_id: i64,
+    #[schema(minimum = 1)]
+    pub orbit_id: i64,
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    /// 1, 2, 3… per task, without gaps.
+    #[schema(minimum = 1)]
+    pub sequence: i64,
+    pub author: ContributorActor,
+    pub summary: String,
+    /// Any JSON, returned in its RFC 8785 canonical form.
+    #[schema(value_type = Object)]
+    pub state: Box<serde_json::value::RawValue>,
+    /// Lowercase hex SHA-256 of the canonical form of `state`.
+    pub state_hash: String,
+    pub artifact_ids: Vec<i64>,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    /// Present on mutation response; omitted on nested read objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, required = false)]
+    pub orbit_revision: Option<i64>,
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+#[derive(QueryableByName)]
+struct LeaseRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    task_id: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_version: i64,
+    #[diesel(sql_type = Timestamptz)]
+    acquired_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    expires_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    renewed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    released_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    end_reason: Option<String>,
+    #[diesel(sql_type = Bool)]
+    is_active: bool,
+    #[diesel(sql_type = BigInt)]
+    c_id: i64,
+    #[diesel(sql_type = Text)]
+    c_type: String,
+    #[diesel(sql_type = Text)]
+    c_name: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    c_model_claim: Option<String>,
+}
+
+impl From<LeaseRow> for Lease {
+    fn from(r: LeaseRow) -> Lease {
+        Lease {
+            id: r.id,
+            task_id: r.task_id,
+            contributor: actor(r.c_id, r.c_type, r.c_name, r.c_model_claim),
+            lease_version: r.lease_version,
+            acquired_at: r.acquired_at,
+            expires_at: r.expires_at,
+            renewed_at: r.renewed_at,
+            released_at: r.released_at,
+            is_active: r.is_active,
+            end_reason: r.end_reason,
+            orbit_revision: None,
+        }
+    }
+}
+
+const LEASE_SELECT: &str = "SELECT l.id, l.task_id, l.lease_version, l.acquired_at, l.expires_at, \
+        l.renewed_at, l.released_at, \
+        COALESCE(l.end_reason, CASE WHEN l.expires_at <= clock_timestamp() THEN 'EXPIRED' END) \
+            AS end_reason, \
+        (l.end_reason IS NULL AND l.expires_at > clock_timestamp()) AS is_active, \
+        c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim \
+    FROM leases l JOIN contributors c ON c.id = l.contributor_id";
+
+pub fn lease(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Lease>> {
+    diesel::sql_query(format!("{LEASE_SELECT} WHERE l.id = $1"))
+        .bind::<BigInt, _>(id)
+        .get_result::<LeaseRow>(conn)
+        .optional()
+        .map(|o| o.map(Lease::from))
+}
+
+pub fn leases_of_task(
+    conn: &mut PgConnection,
+    task_id: i64,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Lease>> {
+    diesel::sql_query(format!(
+        "{LEASE_SELECT} WHERE l.task_id = $1 AND l.id > $2 ORDER BY l.id LIMIT $3"
+    ))
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(limit + 1)
+    .load::<LeaseRow>(conn)
+    .map(|rows| rows.into_iter().map(Lease::from).collect())
+}
+
+#[derive(QueryableByName)]
+struct TaskRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    orbit_id: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    problem_id: Option<i64>,
+    #[diesel(sql_type = Text)]
+    title: String,
+    #[diesel(sql_type = Text)]
+    description: String,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = BigInt)]
+    lease_version: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    completion_summary: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    result_contribution_id: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    cancel_reason: Option<String>,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    updated_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    cb_id: i64,
+    #[diesel(sql_type = Text)]
+    cb_type: String,
+    #[diesel(sql_type = Text)]
+    cb_name: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    cb_model_claim: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    l_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    l_version: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    l_acquired_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    l_expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    l_renewed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    lc_id: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    lc_type: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    lc_name: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    lc_model_claim: Option<String>,
+}
+
+impl From<TaskRow> for Task {
+    fn from(r: TaskRow) -> Task {
+        let active_lease = match (
+            r.l_id,
+            r.l_version,
+            r.l_acquired_at,
+            r.l_expires_at,
+            r.lc_id,
+        ) {
+            (Some(id), Some(v), Some(a), Some(e), Some(cid)) => Some(Lease {
+                id,
+                task_id: r.id,
+                contributor: actor(
+                    cid,
+                    r.lc_type.unwrap_or_default(),
+                    r.lc_name.unwrap_or_default(),
+                    r.lc_model_claim,
+                ),
+                lease_version: v,
+                acquired_at: a,
+                expires_at: e,
+                renewed_at: r.l_renewed_at,
+                released_at: None,
+                is_active: true,
+                end_reason: None,
+                orbit_revision: None,
+            }),
+            _ => None,
+        };
+        Task {
+            id: r.id,
+            orbit_id: r.orbit_id,
+            problem_id: r.problem_id,
+            title: r.title,
+            description: r.description,
+            status: r.status,
+            lease_version: r.lease_version,
+            active_lease,
+            completion_summary: r.completion_summary,
+            result_contribution_id: r.result_contribution_id,
+            cancel_reason: r.cancel_reason,
+            created_by: actor(r.cb_id, r.cb_type, r.cb_name, r.cb_model_claim),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            orbit_revision: None,
+        }
+    }
+}
+
+const TASK_SELECT: &str =
+    "SELECT t.id, t.orbit_id, t.problem_id, t.title, t.description, t.status, \
+        t.lease_version, t.completion_summary, t.result_contribution_id, t.cancel_reason, \
+        t.created_at, t.updated_at, \
+        cb.id AS cb_id, cb.type AS cb_type, cb.name AS cb_name, cb.model_claim AS cb_model_claim, \
+        l.id AS l_id, l.lease_version AS l_version, l.acquired_at AS l_acquired_at, \
+        l.expires_at AS l_expires_at, l.renewed_at AS l_renewed_at, \
+        lc.id AS lc_id, lc.type AS lc_type, lc.name AS lc_name, lc.model_claim AS lc_model_claim \
+    FROM tasks t \
+    JOIN contributors cb ON cb.id = t.created_by \
+    LEFT JOIN leases l ON l.task_id = t.id AND l.end_reason IS NULL \
+                      AND l.expires_at > clock_timestamp() \
+    LEFT JOIN contributors lc ON lc.id = l.contributor_id";
+
+pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
+    diesel::sql_query(format!("{TASK_SELECT} WHERE t.id = $1"))
+        .bind::<BigInt, _>(id)
+        .get_result::<TaskRow>(conn)
+        .optional()
+        .map(|o| o.map(Task::from))
+}
+
+pub fn tasks_of_orbit(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    status: Option<&str>,
+    leased: Option<bool>,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Task>> {
+    diesel::sql_query(format!(
+        "{TASK_SELECT} WHERE t.orbit_id = $1 AND t.id > $2 \
+           AND ($3::text IS NULL OR t.status = $3) \
+           AND ($4::bool IS NULL OR (l.id IS NOT NULL) = $4) \
+         ORDER BY t.id LIMIT $5"
+    ))
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(after)
+    .bind::<Nullable<Text>, _>(status)
+    .bind::<Nullable<Bool>, _>(leased)
+    .bind::<BigInt, _>(limit + 1)
+    .load::<TaskRow>(conn)
+    .map(|rows| rows.into_iter().map(Task::from).collect())
+}
+
+/// The orbit a task belongs to (for permission checks), without locking.
+pub fn task_orbit(conn: &mut PgConnection, task_id: i64) -> QueryResult<Option<i64>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        orbit_id: i64,
+    }
+    diesel::sql_query("SELECT orbit_id FROM tasks WHERE id = $1")
+        .bind::<BigInt, _>(task_id)
+        .get_result::<Row>(conn)
+        .optional()
+        .map(|o| o.map(|r| r.orbit_id))
+}
+
+#[derive(QueryableByName)]
+struct CheckpointRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    task_id: i64,
+    #[diesel(sql_type = BigInt)]
+    orbit_id: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_version: i64,
+    #[diesel(sql_type = BigInt)]
+    sequence: i64,
+    #[diesel(sql_type = Text)]
+    summary: String,
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(sql_type = Text)]
+    state_hash: String,
+    #[diesel(sql_type = Array<BigInt>)]
+    artifact_ids: Vec<i64>,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    a_id: i64,
+    #[diesel(sql_type = Text)]
+    a_type: String,
+    #[diesel(sql_type = Text)]
+    a_name: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    a_model_claim: Option<String>,
+}
+
+impl CheckpointRow {
+    fn into_checkpoint(self) -> QueryResult<Checkpoint> {
+        let state = serde_json::value::RawValue::from_string(self.state)
+            .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))?;
+        Ok(Checkpoint {
+            id: self.id,
+            task_id: self.task_id,
+            orbit_id: self.orbit_id,
+            lease_version: self.lease_version,
+            sequence: self.sequence,
+            author: actor(self.a_id, self.a_type, self.a_name, self.a_model_claim),
+            summary: self.summary,
+            state,
+            state_hash: self.state_hash,
+            artifact_ids: self.artifact_ids,
+            created_at: self.created_at,
+            orbit_revision: None,
+        })
+    }
+}
+
+const CHECKPOINT_SELECT: &str = "SELECT k.id, k.task_id, k.orbit_id, k.lease_version, k.sequence, \
+        k.summary, k.state, k.state_hash, k.artifact_ids, k.created_at, \
+        a.id AS a_id, a.type AS a_type, a.name AS a_name, a.model_claim AS a_model_claim \
+    FROM checkpoints k JOIN contributors a ON a.id = k.author_id";
+
+pub fn checkpoint(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Checkpoint>> {
+    diesel::sql_query(format!("{CHECKPOINT_SELECT} WHERE k.id = $1"))
+        .bind::<BigInt, _>(id)
+        .get_result::<CheckpointRow>(conn)
+        .optional()?
+        .map(CheckpointRow::into_checkpoint)
+        .transpose()
+}
+
+pub fn checkpoints_of_task(
+    conn: &mut PgConnection,
+    task_id: i64,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Checkpoint>> {
+    diesel::sql_query(format!(
+        "{CHECKPOINT_SELECT} WHERE k.task_id = $1 AND k.id > $2 ORDER BY k.id LIMIT $3"
+    ))
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(limit + 1)
+    .load::<CheckpointRow>(conn)?
+    .into_iter()
+    .map(CheckpointRow::into_checkpoint)
+    .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Writes (callers hold the task row lock; see `fence`)
+
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+pub fn insert_task(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    problem_id: Option<i64>,
+    title: &str,
+    description: &str,
+    created_by: i64,
+) -> QueryResult<i64> {
+    diesel::sql_query(
+        "INSERT INTO tasks (orbit_id, problem_id, title, description, created_by) \
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<Nullable<BigInt>, _>(problem_id)
+    .bind::<Text, _>(title)
+    .bind::<Text, _>(description)
+    .bind::<BigInt, _>(created_by)
+    .get_result::<Id>(conn)
+    .map(|r| r.id)
+}
+
+/// Issues the next lease version of a locked task to `contributor`.
+pub fn insert_lease(
+    conn: &mut PgConnection,
+    task_id: i64,
+    orbit_id: i64,
+    contributor: i64,
+    version: i64,
+    now: DateTime<Utc>,
+    duration_seconds: i64,
+) -> QueryResult<i64> {
+    let id = diesel::sql_query(
+        "INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
+                             expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $5 + make_interval(secs => $6)) RETURNING id",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(contributor)
+    .bind::<BigInt, _>(version)
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(duration_seconds)
+    .get_result::<Id>(conn)?
+    .id;
+    diesel::sql_query("UPDATE tasks SET lease_version = $2, updated_at = $3 WHERE id = $1")
+        .bind::<BigInt, _>(task_id)
+        .bind::<BigInt, _>(version)
+        .bind::<Timestamptz, _>(now)
+        .execute(conn)?;
+    Ok(id)
+}
+
+/// Ends a lease. An active lease ends now with `reason`; one already past its
+/// expiry is recorded as EXPIRED (its interval ended at `expires_at`).
+pub fn end_lease(
+    conn: &mut PgConnection,
+    lease_id: i64,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> QueryResult<()> {
+    diesel::sql_query(
+        "UPDATE leases SET \
+             released_at = CASE WHEN expires_at > $2 THEN $2 END, \
+             end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
+         WHERE id = $1 AND end_reason IS NULL",
+    )
+    .bind::<BigInt, _>(lease_id)
+    .bind::<Timestamptz, _>(now)
+    .bind::<Text, _>(reason)
+    .execute(conn)?;
+    Ok(())
+}
+
+pub fn renew_lease(
+    conn: &mut PgConnection,
+    lease_id: i64,
+    now: DateTime<Utc>,
+    duration_seconds: i64,
+) -> QueryResult<()> {
+    diesel::sql_query(
+        "UPDATE leases SET renewed_at = $2, expires_at = $2 + make_interval(secs => $3) \
+         WHERE id = $1",
+    )
+    .bind::<BigInt, _>(lease_id)
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(duration_seconds)
+    .execute(conn)?;
+    Ok(())
+}
+
+pub fn close_task(
+    conn: &mut PgConnection,
+    task_id: i64,
+    status: TaskStatus,
+    now: DateTime<Utc>,
+    summary: Option<&str>,
+    result_contribution_id: Option<i64>,
+    cancel_reason: Option<&str>,
+) -> QueryResult<()> {
+    diesel::sql_query(
+        "UPDATE tasks SET status = $2, updated_at = $3, completion_summary = $4, \
+             result_contribution_id = $5, cancel_reason = $6 WHERE id = $1",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<Text, _>(status.as_str())
+    .bind::<Timestamptz, _>(now)
+    .bind::<Nullable<Text>, _>(summary)
+    .bind::<Nullable<BigInt>, _>(result_contribution_id)
+    .bind::<Nullable<Text>, _>(cancel_reason)
+    .execute(conn)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn insert_checkpoint(
+    conn: &mut PgConnection,
+    task_id: i64,
+    orbit_id: i64,
+    lease_version: i64,
+    author: i64,
+    summary: &str,
+    state: &str,
+    state_hash: &str,
+    artifact_ids: &[i64],
+    now: DateTime<Utc>,
+) -> QueryResult<i64> {
+    diesel::sql_query(
+        "WITH seq AS ( \
+             UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = $9 \
+             WHERE id = $1 RETURNING checkpoint_sequence \
+         ) \
+         INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, \
+                                  summary, state, state_hash, artifact_ids, created_at) \
+         SELECT $1, $2, $3, seq.checkpoint_sequence, $4, $5, $6, $7, $8, $9 FROM seq \
+         RETURNING id",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(lease_version)
+    .bind::<BigInt, _>(author)
+    .bind::<Text, _>(summary)
+    .bind::<Text, _>(state)
+    .bind::<Text, _>(state_hash)
+    .bind::<Array<BigInt>, _>(artifact_ids)
+    .bind::<Timestamptz, _>(now)
+    .get_result::<Id>(conn)
+    .map(|r| r.id)
+}
+
+/// Removing a member ends its leases (`MEMBER_REMOVED`) and supersedes the PENDING
+/// handoffs it gave or was named in, in the removal's transaction. Locks the tasks
+/// concerned first (in id order), then handoffs, then leases. Returns summary parts.
+pub fn release_member_work(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> QueryResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct TaskId {
+        #[diesel(sql_type = BigInt)]
+        #[expect(dead_code, reason = "the rows are loaded only to take their locks")]
+        id: i64,
+    }
+    let locked: Vec<TaskId> = diesel::sql_query(
+        "SELECT id FROM tasks WHERE id IN ( \
+             SELECT task_id FROM leases WHERE orbit_id = $1 AND contributor_id = $2 \
+                 AND end_reason IS NULL \
+             UNION \
+             SELECT task_id FROM handoffs WHERE orbit_id = $1 AND status = 'PENDING' \
+                 AND (from_contributor = $2 OR to_contributor = $2)) \
+         ORDER BY id FOR UPDATE",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(contributor_id)
+    .load(conn)?;
+    if locked.is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(QueryableByName)]
+    struct Ended {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+        #[diesel(sql_type = Text)]
+        what: String,
+    }
+    let handoffs: Vec<Ended> = diesel::sql_query(
+        "UPDATE handoffs SET \
+             status = CASE WHEN expires_at > clock_timestamp() THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
+             ended_at = LEAST(expires_at, clock_timestamp()) \
+         WHERE orbit_id = $1 AND status = 'PENDING' \
+           AND (from_contributor = $2 OR to_contributor = $2) \
+         RETURNING id, status AS what",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(contributor_id)
+    .load(conn)?;
+    let leases: Vec<Ended> = diesel::sql_query(
+        "UPDATE leases SET \
+             released_at = CASE WHEN expires_at > clock_timestamp() THEN clock_timestamp() END, \
+             end_reason = CASE WHEN expires_at > clock_timestamp() THEN 'MEMBER_REMOVED' \
+                               ELSE 'EXPIRED' END \
+         WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
+         RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(contributor_id)
+    .load(conn)?;
+    let mut parts = Vec::new();
+    for h in handoffs.iter().filter(|h| h.what == "SUPERSEDED") {
+        parts.push(format!("handoff {} superseded", h.id));
+    }
+    for l in leases {
+        parts.push(format!("lease {} on task {}", l.what, l.id));
+    }
+    Ok(parts)
+}
