@@ -33,7 +33,7 @@ pub struct ErrorBody {
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub body: ErrorBody,
+    pub body: Box<ErrorBody>,
     pub retry_after: Option<u64>,
 }
 
@@ -43,12 +43,12 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            body: ErrorBody {
+            body: Box::new(ErrorBody {
                 message: message.into(),
                 code: code.to_owned(),
                 errors: None,
                 details: None,
-            },
+            }),
             retry_after: None,
         }
     }

@@ -102,12 +102,57 @@ pub fn configure(cfg: &mut ServiceConfig) {
 
 /// The generated OpenAPI document.
 pub fn openapi() -> OpenApi {
-    let (_, doc) = App::new()
+    let (_, mut doc) = App::new()
         .into_utoipa_app()
         .openapi(ApiRoot::openapi())
         .configure(configure)
         .split_for_parts();
+    mark_optional_bodies(&mut doc);
     doc
+}
+
+/// A body whose fields are all optional may be omitted (contract section 2): such
+/// request bodies are documented as not required.
+fn mark_optional_bodies(doc: &mut OpenApi) {
+    use utoipa::openapi::{schema::Schema, RefOr, Required};
+    let schemas = doc
+        .components
+        .as_ref()
+        .map(|c| c.schemas.clone())
+        .unwrap_or_default();
+    let all_optional = |schema: &RefOr<Schema>| -> bool {
+        let resolved = match schema {
+            RefOr::Ref(r) => r
+                .ref_location
+                .rsplit('/')
+                .next()
+                .and_then(|name| schemas.get(name)),
+            RefOr::T(_) => Some(schema),
+        };
+        matches!(resolved, Some(RefOr::T(Schema::Object(o))) if o.required.is_empty())
+    };
+    for item in doc.paths.paths.values_mut() {
+        for op in [
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(body) = op.request_body.as_mut() {
+                let optional = body
+                    .content
+                    .values()
+                    .filter_map(|c| c.schema.as_ref())
+                    .all(all_optional);
+                if optional {
+                    body.required = Some(Required::False);
+                }
+            }
+        }
+    }
 }
 
 /// Path templates with their methods, used to tell 405 from 404.

@@ -27,6 +27,7 @@ pub struct ChangeOut {
     pub kind: String,
     pub entity_type: String,
     pub entity_id: i64,
+    #[schema(required = true)]
     pub task_id: Option<i64>,
     pub contributor: ContributorActor,
     #[serde(with = "ts")]

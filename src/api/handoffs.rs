@@ -182,7 +182,7 @@ pub async fn offer_handoff(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcceptHandoff {
-    #[schema(minimum = 60, maximum = 3600, default = 900)]
+    #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
     pub duration_seconds: Option<i64>,
 }
 
@@ -246,7 +246,7 @@ pub static ACCEPT_HANDOFF: Operation =
     operation_id = "accept_handoff",
     summary = "accept handoff",
     params(("handoff" = i64, Path, minimum = 1), IdempotencyKeyRequired),
-    request_body(content = Option<AcceptHandoff>, description = "Optional."),
+    request_body(content = AcceptHandoff, description = "Optional: no body, an empty body and `{}` are the same."),
     security(("ContributorToken" = []), ("AgentToken" = [])),
     responses(
         (status = 200, description = "Successful operation. Writes include orbit_revision.", body = AcceptedHandoffData),
@@ -427,7 +427,7 @@ pub static DECLINE_HANDOFF: Operation =
 #[utoipa::path(
     tag = "Handoffs",
     params(("handoff" = i64, Path, minimum = 1), IdempotencyKeyRequired),
-    request_body(content = Option<DeclineHandoff>, description = "Optional."),
+    request_body(content = DeclineHandoff, description = "Optional: no body, an empty body and `{}` are the same."),
     security(("ContributorToken" = []), ("AgentToken" = [])),
     responses((status = 200, body = HandoffData), WriteErrors),
 )]

@@ -61,7 +61,7 @@ pub struct LeasePage {
 #[serde(deny_unknown_fields)]
 pub struct AcquireLease {
     /// 60..3600 seconds, default 900.
-    #[schema(minimum = 60, maximum = 3600, default = 900)]
+    #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
     pub duration_seconds: Option<i64>,
 }
 
@@ -86,7 +86,7 @@ pub static ACQUIRE_LEASE: Operation = Operation::required("POST", "/api/v1/tasks
 #[utoipa::path(
     tag = "Leases",
     params(("task" = i64, Path, minimum = 1), IdempotencyKeyRequired),
-    request_body(content = Option<AcquireLease>, description = "Optional."),
+    request_body(content = AcquireLease, description = "Optional: no body, an empty body and `{}` are the same."),
     security(("ContributorToken" = []), ("AgentToken" = [])),
     responses((status = 201, body = LeaseData), WriteErrors),
 )]
@@ -231,7 +231,7 @@ pub struct RenewLease {
     #[schema(minimum = 1)]
     pub lease_version: i64,
     /// 60..3600 seconds from now, default 900.
-    #[schema(minimum = 60, maximum = 3600, default = 900)]
+    #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
     pub duration_seconds: Option<i64>,
 }
 

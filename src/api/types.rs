@@ -15,6 +15,7 @@ pub struct ContributorActor {
     #[schema(value_type = ContributorType)]
     pub kind: String,
     pub name: String,
+    #[schema(required = true)]
     pub model_claim: Option<String>,
 }
 
@@ -78,6 +79,7 @@ pub struct Page<T> {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PageMeta {
     /// The id to pass as `after` for the next page; null on the last page.
+    #[schema(required = true)]
     pub next_after: Option<i64>,
 }
 

@@ -9,12 +9,14 @@ use crate::api::types::{ts, ts_opt, ContributorActor};
 use crate::auth::token::{self, TokenKind};
 use crate::db::schema::{contributors, memberships, orbits, tokens};
 
-pub fn actor_columns() -> (
+pub type ActorColumns = (
     contributors::id,
     contributors::kind,
     contributors::name,
     contributors::model_claim,
-) {
+);
+
+pub fn actor_columns() -> ActorColumns {
     (
         contributors::id,
         contributors::kind,
@@ -103,10 +105,10 @@ pub struct TokenInfo {
     pub created_at: DateTime<Utc>,
     /// Coarse: written at most about once a minute.
     #[serde(serialize_with = "ts_opt::serialize")]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     pub last_used_at: Option<DateTime<Utc>>,
     #[serde(serialize_with = "ts_opt::serialize")]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     pub revoked_at: Option<DateTime<Utc>>,
 }
 

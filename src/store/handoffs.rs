@@ -109,13 +109,15 @@ pub struct Handoff {
     pub message: String,
     pub from_contributor: ContributorActor,
     /// Null for an open handoff any other member may accept.
+    #[schema(required = true)]
     pub to_contributor: Option<ContributorActor>,
+    #[schema(required = true)]
     pub accepted_by: Option<ContributorActor>,
     #[serde(with = "ts")]
     #[schema(value_type = String, format = DateTime)]
     pub expires_at: DateTime<Utc>,
     #[serde(serialize_with = "ts_opt::serialize")]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     pub accepted_at: Option<DateTime<Utc>>,
     #[serde(with = "ts")]
     #[schema(value_type = String, format = DateTime)]

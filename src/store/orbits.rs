@@ -9,7 +9,7 @@ use crate::api::types::{ts, ContributorActor};
 use crate::db::schema::{contributors, memberships, orbits};
 use crate::db::TxResult;
 use crate::error::ApiError;
-use crate::store::contributors::{actor, actor_columns, ActorTuple};
+use crate::store::contributors::{actor, actor_columns, ActorColumns, ActorTuple};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -84,7 +84,7 @@ type OrbitTuple = (
     ActorTuple,
 );
 
-fn orbit_columns() -> (
+type OrbitColumns = (
     orbits::id,
     orbits::slug,
     orbits::name,
@@ -92,13 +92,10 @@ fn orbit_columns() -> (
     orbits::join_policy,
     orbits::revision,
     orbits::created_at,
-    (
-        contributors::id,
-        contributors::kind,
-        contributors::name,
-        contributors::model_claim,
-    ),
-) {
+    ActorColumns,
+);
+
+fn orbit_columns() -> OrbitColumns {
     (
         orbits::id,
         orbits::slug,

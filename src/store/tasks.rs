@@ -35,16 +35,16 @@ pub struct Lease {
     #[schema(value_type = String, format = DateTime)]
     pub expires_at: DateTime<Utc>,
     #[serde(serialize_with = "ts_opt::serialize")]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     pub renewed_at: Option<DateTime<Utc>>,
     #[serde(serialize_with = "ts_opt::serialize")]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(required = true, value_type = Option<String>, format = DateTime)]
     pub released_at: Option<DateTime<Utc>>,
     /// Not ended and not expired, by the database clock at read time.
     pub is_active: bool,
     /// Why the lease ended: RELEASED, EXPIRED, HANDED_OFF, COMPLETED, CANCELLED or
     /// MEMBER_REMOVED; null while it has not.
-    #[schema(value_type = Option<LeaseEndReason>)]
+    #[schema(required = true, value_type = Option<LeaseEndReason>)]
     pub end_reason: Option<String>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +88,7 @@ pub struct Task {
     pub id: i64,
     #[schema(minimum = 1)]
     pub orbit_id: i64,
+    #[schema(required = true)]
     pub problem_id: Option<i64>,
     pub title: String,
     pub description: String,
@@ -95,11 +96,15 @@ pub struct Task {
     pub status: String,
     /// The highest lease version ever issued (0 before the first lease).
     pub lease_version: i64,
+    #[schema(required = true)]
     pub active_lease: Option<Lease>,
     /// The completion summary, when COMPLETED with one.
+    #[schema(required = true)]
     pub completion_summary: Option<String>,
+    #[schema(required = true)]
     pub result_contribution_id: Option<i64>,
     /// The cancellation reason, when CANCELLED with one.
+    #[schema(required = true)]
     pub cancel_reason: Option<String>,
     pub created_by: ContributorActor,
     #[serde(with = "ts")]

@@ -2,8 +2,10 @@
 //! and its own running app on a free port, spoken to over real HTTP.
 //!
 //! With `DATABASE_URL` set, databases are created on that server. Without it, a
-//! private cluster is started under `target/test-pg` with the same embedded-default
-//! machinery the binary uses, and stopped when the test process exits.
+//! private cluster is started for this test process under the system's temporary
+//! directory (`orbit-test-<pid>`) with the same embedded-default machinery the binary
+//! uses; it is stopped and removed when the process exits, and clusters left by
+//! processes that died are removed by the next run. Runs never share a cluster.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -18,18 +20,58 @@ struct Server {
     /// URL of a database used for CREATE/DROP DATABASE.
     admin_url: String,
     /// Builds a URL for a database name.
-    url_for: Box<dyn Fn(&str) -> String + Send + Sync>,
+    url_for: UrlFor,
     template: String,
 }
 
+/// Builds the URL of a database on the test server from its name.
+type UrlFor = Box<dyn Fn(&str) -> String + Send + Sync>;
+
 static SERVER: OnceLock<Server> = OnceLock::new();
 static CLUSTER: OnceLock<std::sync::Mutex<Option<Cluster>>> = OnceLock::new();
+
+fn test_cluster_dir(pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("orbit-test-{pid}"))
+}
+
+/// Stops and removes clusters of test processes that no longer run.
+fn remove_stale_clusters() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("orbit-test-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // An orphaned postmaster: SIGQUIT is PostgreSQL's immediate shutdown.
+        let pidfile = entry.path().join("postgres/data/postmaster.pid");
+        if let Some(pm) = std::fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
+        {
+            // SAFETY: sending a signal to a process id has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pm, libc::SIGQUIT);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+}
 
 extern "C" fn stop_cluster() {
     if let Some(m) = CLUSTER.get() {
         if let Ok(mut guard) = m.lock() {
             if let Some(mut c) = guard.take() {
                 c.stop();
+                let _ = std::fs::remove_dir_all(test_cluster_dir(std::process::id()));
             }
         }
     }
@@ -92,34 +134,33 @@ fn drop_stale(admin: &mut PgConnection) {
 
 fn server() -> &'static Server {
     SERVER.get_or_init(|| {
-        let (admin_url, url_for): (String, Box<dyn Fn(&str) -> String + Send + Sync>) =
-            match std::env::var("DATABASE_URL")
-                .ok()
-                .filter(|u| !u.trim().is_empty())
-            {
-                Some(url) => {
-                    let u = url.clone();
-                    (url, Box::new(move |db: &str| replace_db(&u, db)))
+        let (admin_url, url_for): (String, UrlFor) = match std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        {
+            Some(url) => {
+                let u = url.clone();
+                (url, Box::new(move |db: &str| replace_db(&u, db)))
+            }
+            None => {
+                let dir = test_cluster_dir(std::process::id());
+                remove_stale_clusters();
+                let (cluster, url) =
+                    Cluster::start(&dir).expect("start a private PostgreSQL cluster for tests");
+                let socket = cluster.socket_dir.clone();
+                CLUSTER.get_or_init(|| std::sync::Mutex::new(Some(cluster)));
+                // SAFETY: registering a plain extern "C" function.
+                unsafe {
+                    libc::atexit(stop_cluster);
                 }
-                None => {
-                    let dir =
-                        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
-                    let (cluster, url) =
-                        Cluster::start(&dir).expect("start a private PostgreSQL cluster for tests");
-                    let socket = cluster.socket_dir.clone();
-                    CLUSTER.get_or_init(|| std::sync::Mutex::new(Some(cluster)));
-                    // SAFETY: registering a plain extern "C" function.
-                    unsafe {
-                        libc::atexit(stop_cluster);
-                    }
-                    (
-                        url,
-                        Box::new(move |db: &str| {
-                            format!("postgres://orbit@/{db}?host={}&port=5432", socket.display())
-                        }),
-                    )
-                }
-            };
+                (
+                    url,
+                    Box::new(move |db: &str| {
+                        format!("postgres://orbit@/{db}?host={}&port=5432", socket.display())
+                    }),
+                )
+            }
+        };
         let mut admin =
             PgConnection::establish(&admin_url).expect("connect to the test database server");
         drop_stale(&mut admin);
@@ -399,7 +440,7 @@ impl TestApp {
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        let _ = futures::executor::block_on(self.handle.stop(false));
+        futures::executor::block_on(self.handle.stop(false));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

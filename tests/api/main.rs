@@ -1,6 +1,17 @@
 //! One integration-test binary: real HTTP against real PostgreSQL.
 
+mod auth;
+mod changes;
+mod embedded;
+mod errors;
+mod handoffs;
 mod harness;
+mod idempotency;
 mod leases;
+mod members;
+mod openapi;
+mod orbits;
+mod revisions;
 mod smoke;
+mod spec;
 mod work;

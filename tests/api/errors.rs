@@ -1,0 +1,292 @@
+//! Every error path answers with the JSON envelope `{message, code, errors?,
+//! details?}` (contract section 2), including the failures actix produces itself.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::harness::TestApp;
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+#[tokio::test]
+async fn malformed_json_is_422_in_the_envelope() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let bodies: [&[u8]; 7] = [
+        br#"{"slug": "x", "name": "#,
+        b"not json at all",
+        b"{\"slug\": \"x\",}",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b"\"a string\"",
+        b"null",
+    ];
+    for body in bodies {
+        let r = app
+            .send_raw(
+                Method::POST,
+                "/api/v1/orbits",
+                Some(&a.token),
+                &[JSON],
+                Some(body.to_vec()),
+            )
+            .await;
+        r.assert_envelope(422);
+    }
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/api/v1/contributors",
+            None,
+            &[JSON],
+            Some(b"{".to_vec()),
+        )
+        .await;
+    r.assert_error(422, "malformed_json");
+    let mut conn = app.db.conn();
+    assert_eq!(
+        crate::harness::sql_i64(&mut conn, "SELECT count(*) AS n FROM orbits"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_body_without_a_json_content_type_is_422() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let body = br#"{"slug": "typed", "name": "n"}"#.to_vec();
+    for headers in [
+        vec![("content-type", "text/plain")],
+        vec![("content-type", "application/x-www-form-urlencoded")],
+        vec![],
+    ] {
+        let r = app
+            .send_raw(
+                Method::POST,
+                "/api/v1/orbits",
+                Some(&a.token),
+                &headers,
+                Some(body.clone()),
+            )
+            .await;
+        r.assert_envelope(422);
+    }
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/api/v1/contributors",
+            None,
+            &[("content-type", "text/plain")],
+            Some(br#"{"type": "AGENT", "name": "n"}"#.to_vec()),
+        )
+        .await;
+    r.assert_error(422, "unsupported_content_type");
+    // With a charset parameter it is still JSON.
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/api/v1/orbits",
+            Some(&a.token),
+            &[("content-type", "application/json; charset=utf-8")],
+            Some(body),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
+#[tokio::test]
+async fn an_unknown_body_field_is_422_naming_it() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let r = app
+        .post(
+            "/api/v1/orbits",
+            &a.token,
+            json!({"slug": "extra", "name": "n", "owner": 1}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["owner"].is_array(), "{}", r.text);
+    let r = app
+        .send(
+            Method::POST,
+            "/api/v1/contributors",
+            None,
+            None,
+            Some(json!({"type": "AGENT", "name": "n", "admin": true})),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["admin"].is_array(), "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_missing_or_mistyped_field_is_422_naming_it() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let r = app
+        .post("/api/v1/orbits", &a.token, json!({"slug": "missing"}))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["name"].is_array(), "{}", r.text);
+    // An absent body is `{}`: every required field is missing.
+    let r = app
+        .send(Method::POST, "/api/v1/orbits", Some(&a.token), None, None)
+        .await;
+    r.assert_error(422, "validation_failed");
+    let r = app
+        .post("/api/v1/orbits", &a.token, json!({"slug": 5, "name": "n"}))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["slug"].is_array(), "{}", r.text);
+    let r = app
+        .send(
+            Method::POST,
+            "/api/v1/contributors",
+            None,
+            None,
+            Some(json!({"name": "n"})),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["type"].is_array(), "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_bad_path_parameter_is_422() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    app.orbit(&a, "paths").await;
+    let r = app.delete("/api/v1/me/tokens/abc", &a.token).await;
+    r.assert_envelope(422);
+    let r = app
+        .delete("/api/v1/me/tokens/99999999999999999999999", &a.token)
+        .await;
+    r.assert_envelope(422);
+    let r = app
+        .put(
+            "/api/v1/orbits/paths/members/abc",
+            &a.token,
+            json!({"role": "CONTRIBUTOR"}),
+        )
+        .await;
+    r.assert_envelope(422);
+    let r = app
+        .delete("/api/v1/orbits/paths/members/1.5", &a.token)
+        .await;
+    r.assert_envelope(422);
+}
+
+#[tokio::test]
+async fn a_bad_query_parameter_is_422() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    for path in [
+        "/api/v1/orbits?limit=abc",
+        "/api/v1/orbits?limit=0",
+        "/api/v1/orbits?limit=101",
+        "/api/v1/orbits?after=-5",
+        "/api/v1/orbits?after=",
+        "/api/v1/orbits?unknown=1",
+        "/api/v1/me/tokens?limit=abc",
+    ] {
+        let r = app.get(path, Some(&a.token)).await;
+        let code = r.assert_envelope(422);
+        assert_eq!(code, "validation_failed", "{path}: {}", r.text);
+        assert!(r.json["errors"].is_object(), "{path}: {}", r.text);
+    }
+    let r = app.get("/api/v1/orbits?limit=0", None).await;
+    assert!(r.json["errors"]["limit"].is_array(), "{}", r.text);
+}
+
+#[tokio::test]
+async fn an_unknown_route_is_404_in_the_envelope() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    for path in [
+        "/nope",
+        "/api/v1/nope",
+        "/api/v2/orbits",
+        "/api/v1/orbits/x/y/z",
+        "/api/v1/",
+    ] {
+        let r = app.get(path, None).await;
+        r.assert_error(404, "not_found");
+        let r = app.post(path, &a.token, json!({})).await;
+        r.assert_error(404, "not_found");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_method_is_405_with_allow() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    for (method, path, allowed) in [
+        (Method::DELETE, "/api/v1/orbits", vec!["GET", "POST"]),
+        (Method::PATCH, "/api/v1/me", vec!["GET"]),
+        (Method::PUT, "/api/v1/contributors", vec!["POST"]),
+        (Method::GET, "/api/v1/me/tokens/1", vec!["DELETE"]),
+        (
+            Method::POST,
+            "/api/v1/orbits/x/members/1",
+            vec!["PUT", "DELETE"],
+        ),
+        (Method::GET, "/api/v1/orbits/x/join", vec!["POST"]),
+    ] {
+        let r = app
+            .send(method.clone(), path, Some(&a.token), None, None)
+            .await;
+        r.assert_error(405, "method_not_allowed");
+        let allow = r
+            .header("allow")
+            .unwrap_or_else(|| panic!("{method} {path}: 405 without Allow"));
+        let mut got: Vec<&str> = allow.split(',').map(str::trim).collect();
+        got.sort_unstable();
+        let mut want = allowed.clone();
+        want.sort_unstable();
+        assert_eq!(got, want, "{method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_over_256_kib_is_413_in_the_envelope() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let big = format!(
+        r#"{{"slug": "big", "name": "n", "description": "{}"}}"#,
+        "x".repeat(300 * 1024)
+    );
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/api/v1/orbits",
+            Some(&a.token),
+            &[JSON],
+            Some(big.into_bytes()),
+        )
+        .await;
+    r.assert_error(413, "payload_too_large");
+    let mut conn = app.db.conn();
+    assert_eq!(
+        crate::harness::sql_i64(&mut conn, "SELECT count(*) AS n FROM orbits"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_missing_token_on_a_write_is_401_in_the_envelope() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .send(
+            Method::POST,
+            "/api/v1/orbits",
+            None,
+            None,
+            Some(json!({"slug": "anon", "name": "n"})),
+        )
+        .await;
+    r.assert_error(401, "unauthorized");
+    assert!(r
+        .header("www-authenticate")
+        .is_some_and(|h| h.starts_with("Bearer")));
+}

@@ -1,0 +1,587 @@
+//! Handoffs (issue 5): the drafter → reviewer story and every way a handoff ends.
+
+use futures::future::join_all;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::harness::{Agent, Resp, TestApp};
+use crate::work::{acquire, checkpoint, crew, lease, outlive, task};
+
+async fn offer(app: &TestApp, giver: &Agent, task: i64, body: Value) -> Resp {
+    app.post_keyed(
+        &format!("/api/v1/tasks/{task}/handoffs"),
+        &giver.token,
+        body,
+    )
+    .await
+}
+
+async fn accept(app: &TestApp, who: &Agent, handoff: i64, body: Option<Value>) -> Resp {
+    let key = uuid::Uuid::new_v4().to_string();
+    app.send(
+        Method::POST,
+        &format!("/api/v1/handoffs/{handoff}/accept"),
+        Some(&who.token),
+        Some(&key),
+        body,
+    )
+    .await
+}
+
+/// A task leased by `giver` with one checkpoint: (task, lease id, version, checkpoint id).
+async fn worked_task(app: &TestApp, giver: &Agent, orbit: i64) -> (i64, i64, i64, i64) {
+    let t = task(app, giver, orbit, "plans/rollout.md").await;
+    let (lease_id, v) = lease(app, giver, t, 900).await;
+    let r = checkpoint(
+        app,
+        giver,
+        t,
+        v,
+        json!({"version": 4, "file": "plans/rollout.md"}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    (t, lease_id, v, r.json["data"]["id"].as_i64().unwrap())
+}
+
+#[tokio::test]
+async fn drafter_hands_the_plan_to_the_reviewer_and_cannot_write_it_again() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "rollout", 2).await;
+    let (drafter, reviewer) = (&c.members[0], &c.members[1]);
+    let (t, drafter_lease, v1, ckpt) = worked_task(&app, drafter, c.orbit).await;
+
+    let r = offer(
+        &app,
+        drafter,
+        t,
+        json!({
+            "lease_version": v1, "checkpoint_id": ckpt, "to_contributor_id": reviewer.id,
+            "message": "Smoke passed, needs review of the canary percentages."
+        }),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let handoff = r.json["data"]["id"].as_i64().unwrap();
+    assert_eq!(r.json["data"]["status"], "PENDING");
+    assert_eq!(r.json["data"]["to_contributor"]["id"], reviewer.id);
+    assert!(r.json["data"]["orbit_revision"].is_i64());
+
+    // The drafter is fenced: its next checkpoint, renewal, completion and fence check
+    // are refused, naming the handoff; nothing is written.
+    let r = checkpoint(&app, drafter, t, v1, json!({"version": 5})).await;
+    r.assert_error(409, "handed_off");
+    assert_eq!(r.json["details"]["handoff_id"], handoff);
+    assert_eq!(r.json["details"]["to_contributor_id"], reviewer.id);
+    app.post_keyed(
+        &format!("/api/v1/leases/{drafter_lease}/renew"),
+        &drafter.token,
+        json!({"lease_version": v1}),
+    )
+    .await
+    .assert_error(409, "handed_off");
+    app.post_keyed(
+        &format!("/api/v1/tasks/{t}/complete"),
+        &drafter.token,
+        json!({"lease_version": v1}),
+    )
+    .await
+    .assert_error(409, "handed_off");
+    app.post(
+        &format!("/api/v1/tasks/{t}/fence"),
+        &drafter.token,
+        json!({"lease_version": v1}),
+    )
+    .await
+    .assert_error(409, "handed_off");
+
+    // The reviewer finds it in its inbox and accepts with a 600 s lease.
+    let r = app
+        .get("/api/v1/handoffs?box=inbox", Some(&reviewer.token))
+        .await;
+    assert_eq!(r.json["data"][0]["id"], handoff, "{}", r.text);
+    let r = accept(
+        &app,
+        reviewer,
+        handoff,
+        Some(json!({"duration_seconds": 600})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let d = &r.json["data"];
+    assert_eq!(d["task_id"], t);
+    assert!(d["orbit_revision"].is_i64());
+    assert_eq!(d["handoff"]["status"], "ACCEPTED");
+    assert_eq!(d["handoff"]["accepted_by"]["id"], reviewer.id);
+    assert!(d["handoff"]["accepted_at"].is_string());
+    assert_eq!(d["lease"]["lease_version"], 2);
+    assert_eq!(d["lease"]["contributor"]["id"], reviewer.id);
+    assert_eq!(d["lease"]["is_active"], true);
+    assert!(d["lease"]["renewed_at"].is_null() && d["lease"]["released_at"].is_null());
+
+    // The drafter's lease ended HANDED_OFF; its old version is now stale.
+    let r = app
+        .get(&format!("/api/v1/leases/{drafter_lease}"), None)
+        .await;
+    assert_eq!(r.json["data"]["end_reason"], "HANDED_OFF");
+    checkpoint(&app, drafter, t, v1, json!({"version": 5}))
+        .await
+        .assert_error(409, "stale_lease_version");
+
+    // The reviewer resumes from the checkpoint and writes under v2.
+    let r = app.get(&format!("/api/v1/checkpoints/{ckpt}"), None).await;
+    assert_eq!(r.json["data"]["state"]["version"], 4);
+    let r = checkpoint(
+        &app,
+        reviewer,
+        t,
+        2,
+        json!({"version": 5, "reviewed": true}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["data"]["author"]["id"], reviewer.id);
+
+    let feed = app
+        .get(
+            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
+            None,
+        )
+        .await;
+    let accepted = feed.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "handoff.accepted")
+        .unwrap()
+        .clone();
+    let summary = accepted["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("v1") && summary.contains("HANDED_OFF") && summary.contains("v2"),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn open_handoff_is_accepted_by_any_other_member_and_a_target_is_enforced() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "open", 3).await;
+    let (giver, named, third) = (&c.members[0], &c.members[1], &c.members[2]);
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+
+    // Targeted: a non-target, the giver and a non-member are refused.
+    let r = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": named.id, "message": "yours"})).await;
+    let targeted = r.json["data"]["id"].as_i64().unwrap();
+    accept(&app, third, targeted, None)
+        .await
+        .assert_error(403, "not_recipient");
+    accept(&app, giver, targeted, None)
+        .await
+        .assert_error(403, "own_handoff");
+    let outsider = app.agent("outsider").await;
+    accept(&app, &outsider, targeted, None)
+        .await
+        .assert_error(403, "not_a_member");
+
+    // A new open offer supersedes the targeted one.
+    let r = offer(
+        &app,
+        giver,
+        t,
+        json!({"lease_version": v, "checkpoint_id": ckpt, "message": "anyone"}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let open = r.json["data"]["id"].as_i64().unwrap();
+    assert!(r.json["data"]["to_contributor"].is_null());
+    let r = app.get(&format!("/api/v1/handoffs/{targeted}"), None).await;
+    assert_eq!(r.json["data"]["status"], "SUPERSEDED");
+    accept(&app, named, targeted, None)
+        .await
+        .assert_error(409, "handoff_not_pending");
+
+    // Open handoffs cannot be declined; a third member accepts it.
+    app.post_keyed(
+        &format!("/api/v1/handoffs/{open}/decline"),
+        &third.token,
+        json!({}),
+    )
+    .await
+    .assert_error(403, "not_recipient");
+    let r = accept(&app, third, open, None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["lease"]["lease_version"], v + 1);
+    assert_eq!(r.json["data"]["lease"]["contributor"]["id"], third.id);
+}
+
+#[tokio::test]
+async fn two_members_accepting_at_once_yield_exactly_one_lease() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "double", 3).await;
+    let giver = &c.members[0];
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let r = offer(
+        &app,
+        giver,
+        t,
+        json!({"lease_version": v, "checkpoint_id": ckpt, "message": "open"}),
+    )
+    .await;
+    let h = r.json["data"]["id"].as_i64().unwrap();
+    let results = join_all([&c.members[1], &c.members[2]].map(|m| accept(&app, m, h, None))).await;
+    assert_eq!(results.iter().filter(|r| r.status == 200).count(), 1);
+    let loser = results.iter().find(|r| r.status != 200).unwrap();
+    loser.assert_error(409, "handoff_not_pending");
+    assert_eq!(loser.json["details"]["current_status"], "ACCEPTED");
+    let r = app.get(&format!("/api/v1/tasks/{t}/leases"), None).await;
+    assert_eq!(r.json["data"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn accept_replays_with_the_same_key_and_refuses_another_body() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "acceptkey", 2).await;
+    let (giver, taker) = (&c.members[0], &c.members[1]);
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let r = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": taker.id, "message": "m"})).await;
+    let h = r.json["data"]["id"].as_i64().unwrap();
+    let path = format!("/api/v1/handoffs/{h}/accept");
+    let first = app
+        .send(
+            Method::POST,
+            &path,
+            Some(&taker.token),
+            Some("accept-1"),
+            None,
+        )
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let again = app
+        .send(
+            Method::POST,
+            &path,
+            Some(&taker.token),
+            Some("accept-1"),
+            None,
+        )
+        .await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.bytes, first.bytes);
+    assert_eq!(again.header("idempotency-replayed"), Some("true"));
+    // An empty body and {} are the same request; a different body is not.
+    let same = app
+        .send(
+            Method::POST,
+            &path,
+            Some(&taker.token),
+            Some("accept-1"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(same.status, 200);
+    app.send(
+        Method::POST,
+        &path,
+        Some(&taker.token),
+        Some("accept-1"),
+        Some(json!({"duration_seconds": 900})),
+    )
+    .await
+    .assert_error(409, "idempotency_key_reused");
+    // A fresh key is a new intent: the handoff has left PENDING.
+    accept(&app, taker, h, None)
+        .await
+        .assert_error(409, "handoff_not_pending");
+    // Unknown fields and out-of-range durations are 422 before anything else.
+    accept(
+        &app,
+        taker,
+        h,
+        Some(json!({"duration_seconds": 900, "note": "x"})),
+    )
+    .await
+    .assert_error(422, "validation_failed");
+    accept(&app, taker, h, Some(json!({"duration_seconds": 7200})))
+        .await
+        .assert_error(422, "validation_failed");
+    let r = app
+        .send(Method::POST, &path, Some(&taker.token), None, None)
+        .await;
+    r.assert_error(422, "idempotency_key_required");
+    let r = app.send(Method::POST, &path, None, Some("k"), None).await;
+    r.assert_error(401, "unauthorized");
+    accept(&app, taker, 99_999, None)
+        .await
+        .assert_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn expired_handoff_cannot_be_accepted_and_unfences_the_giver() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "expired", 2).await;
+    let (giver, taker) = (&c.members[0], &c.members[1]);
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let r = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": taker.id, "message": "m", "expires_in_seconds": 1})).await;
+    let h = r.json["data"]["id"].as_i64().unwrap();
+    outlive(1).await;
+    let r = app.get(&format!("/api/v1/handoffs/{h}"), None).await;
+    assert_eq!(r.json["data"]["status"], "EXPIRED");
+    accept(&app, taker, h, None)
+        .await
+        .assert_error(409, "handoff_expired");
+    // The fence ended with the expiry: the giver writes again.
+    assert_eq!(
+        checkpoint(&app, giver, t, v, json!({"after": "expiry"}))
+            .await
+            .status,
+        201
+    );
+}
+
+#[tokio::test]
+async fn decline_and_withdraw_unfence_the_giver_and_happen_once() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "decline", 2).await;
+    let (giver, taker) = (&c.members[0], &c.members[1]);
+    let (t, lease_id, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let body = json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": taker.id, "message": "m"});
+
+    let h1 = offer(&app, giver, t, body.clone()).await.json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    app.post_keyed(
+        &format!("/api/v1/handoffs/{h1}/withdraw"),
+        &taker.token,
+        json!({}),
+    )
+    .await
+    .assert_error(403, "not_giver");
+    let path = format!("/api/v1/handoffs/{h1}/decline");
+    let r = app
+        .send(
+            Method::POST,
+            &path,
+            Some(&taker.token),
+            Some("dec-1"),
+            Some(json!({"reason": "busy"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["status"], "DECLINED");
+    let replay = app
+        .send(
+            Method::POST,
+            &path,
+            Some(&taker.token),
+            Some("dec-1"),
+            Some(json!({"reason": "busy"})),
+        )
+        .await;
+    assert_eq!(replay.bytes, r.bytes);
+    app.post_keyed(&path, &taker.token, json!({}))
+        .await
+        .assert_error(409, "handoff_not_pending");
+    assert_eq!(
+        checkpoint(&app, giver, t, v, json!({"n": 2})).await.status,
+        201
+    );
+
+    let h2 = offer(&app, giver, t, body).await.json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    // A giver cannot lift its own fence by releasing and re-acquiring.
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/leases/{lease_id}/release"),
+            &giver.token,
+            json!({"lease_version": v}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "release stays allowed: {}", r.text);
+    acquire(&app, giver, t, json!({}))
+        .await
+        .assert_error(409, "handed_off");
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/handoffs/{h2}/withdraw"),
+            &giver.token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["status"], "WITHDRAWN");
+    assert_eq!(acquire(&app, giver, t, json!({})).await.status, 201);
+}
+
+#[tokio::test]
+async fn acquiring_supersedes_a_pending_handoff_that_reserved_nothing() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "reserve", 3).await;
+    let (giver, named, other) = (&c.members[0], &c.members[1], &c.members[2]);
+    let t = task(&app, giver, c.orbit, "t").await;
+    let (lease_id, v) = lease(&app, giver, t, 900).await;
+    let ckpt = checkpoint(&app, giver, t, v, json!({})).await.json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    let h = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": named.id, "message": "m"}))
+        .await.json["data"]["id"].as_i64().unwrap();
+    app.post_keyed(
+        &format!("/api/v1/leases/{lease_id}/release"),
+        &giver.token,
+        json!({"lease_version": v}),
+    )
+    .await;
+    let r = acquire(&app, other, t, json!({})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = app.get(&format!("/api/v1/handoffs/{h}"), None).await;
+    assert_eq!(r.json["data"]["status"], "SUPERSEDED");
+    let r = accept(&app, named, h, None).await;
+    r.assert_error(409, "handoff_not_pending");
+    assert_eq!(r.json["details"]["current_status"], "SUPERSEDED");
+}
+
+#[tokio::test]
+async fn offer_validates_checkpoint_and_target() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "offerval", 1).await;
+    let giver = &c.members[0];
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let (t2, _, _, other_ckpt) = worked_task(&app, giver, c.orbit).await;
+    let _ = t2;
+    let outsider = app.agent("outsider").await;
+    for (body, field) in [
+        (
+            json!({"lease_version": v, "checkpoint_id": other_ckpt, "message": "m"}),
+            "checkpoint_id",
+        ),
+        (
+            json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": outsider.id, "message": "m"}),
+            "to_contributor_id",
+        ),
+        (
+            json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": giver.id, "message": "m"}),
+            "to_contributor_id",
+        ),
+        (
+            json!({"lease_version": v, "checkpoint_id": ckpt, "message": ""}),
+            "message",
+        ),
+        (
+            json!({"lease_version": v, "checkpoint_id": ckpt, "message": "m", "expires_in_seconds": 90000}),
+            "expires_in_seconds",
+        ),
+    ] {
+        let r = offer(&app, giver, t, body).await;
+        r.assert_error(422, "validation_failed");
+        assert!(r.json["errors"][field].is_array(), "{field}: {}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn removing_a_member_ends_its_lease_and_supersedes_its_handoffs() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "removal", 2).await;
+    let (giver, taker) = (&c.members[0], &c.members[1]);
+    let (t, lease_id, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let h = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": taker.id, "message": "m"}))
+        .await.json["data"]["id"].as_i64().unwrap();
+    let r = app
+        .send(
+            Method::DELETE,
+            &format!("/api/v1/orbits/{}/members/{}", c.orbit, giver.id),
+            Some(&c.owner.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        app.get(&format!("/api/v1/handoffs/{h}"), None).await.json["data"]["status"],
+        "SUPERSEDED"
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/leases/{lease_id}"), None)
+            .await
+            .json["data"]["end_reason"],
+        "MEMBER_REMOVED"
+    );
+    let feed = app
+        .get(
+            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
+            None,
+        )
+        .await;
+    let last = feed.json["data"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["kind"], "member.removed");
+    assert!(
+        last["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("handoff {h} superseded")),
+        "{last}"
+    );
+}
+
+#[tokio::test]
+async fn mailboxes_list_inbox_and_outbox() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mail", 3).await;
+    let (giver, named, bystander) = (&c.members[0], &c.members[1], &c.members[2]);
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let h = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": named.id, "message": "m"}))
+        .await.json["data"]["id"].as_i64().unwrap();
+    let ids = |r: &Resp| {
+        r.json["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_i64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(&app.get("/api/v1/handoffs", Some(&named.token)).await),
+        vec![h]
+    );
+    assert!(ids(&app.get("/api/v1/handoffs", Some(&bystander.token)).await).is_empty());
+    assert!(ids(&app
+        .get("/api/v1/handoffs?box=inbox", Some(&giver.token))
+        .await)
+    .is_empty());
+    assert_eq!(
+        ids(&app
+            .get("/api/v1/handoffs?box=outbox", Some(&giver.token))
+            .await),
+        vec![h]
+    );
+    assert_eq!(
+        ids(&app
+            .get(
+                "/api/v1/handoffs?box=outbox&status=PENDING",
+                Some(&giver.token)
+            )
+            .await),
+        vec![h]
+    );
+    assert!(ids(&app
+        .get(
+            "/api/v1/handoffs?box=outbox&status=ACCEPTED",
+            Some(&giver.token)
+        )
+        .await)
+    .is_empty());
+    assert_eq!(
+        ids(&app.get(&format!("/api/v1/tasks/{t}/handoffs"), None).await),
+        vec![h]
+    );
+    app.get("/api/v1/handoffs", None)
+        .await
+        .assert_error(401, "unauthorized");
+    app.get("/api/v1/handoffs?box=sideways", Some(&named.token))
+        .await
+        .assert_error(422, "validation_failed");
+}

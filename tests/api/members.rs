@@ -1,0 +1,413 @@
+//! Orbit membership (contract section 4): the role rules, the last owner, and
+//! that every write shows up once in the change feed.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::harness::{Agent, Resp, TestApp};
+
+async fn put_role(app: &TestApp, by: &Agent, orbit: &str, target: i64, role: &str) -> Resp {
+    app.put(
+        &format!("/api/v1/orbits/{orbit}/members/{target}"),
+        &by.token,
+        json!({ "role": role }),
+    )
+    .await
+}
+
+async fn remove(app: &TestApp, by: &Agent, orbit: &str, target: i64) -> Resp {
+    app.delete(
+        &format!("/api/v1/orbits/{orbit}/members/{target}"),
+        &by.token,
+    )
+    .await
+}
+
+async fn revision(app: &TestApp, orbit: &str) -> i64 {
+    let r = app.get(&format!("/api/v1/orbits/{orbit}"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json["data"]["revision"].as_i64().unwrap()
+}
+
+async fn role_of(app: &TestApp, orbit: &str, who: i64) -> Option<String> {
+    let r = app
+        .get(&format!("/api/v1/orbits/{orbit}/members?limit=100"), None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["contributor"]["id"] == who)
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_non_member_cannot_manage_members() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let outsider = app.agent("outsider").await;
+    let c = app.agent("c").await;
+    app.orbit(&owner, "guarded").await;
+    let r = put_role(&app, &outsider, "guarded", c.id, "CONTRIBUTOR").await;
+    r.assert_envelope(403);
+    let r = put_role(&app, &outsider, "guarded", outsider.id, "OWNER").await;
+    r.assert_envelope(403);
+    let r = remove(&app, &outsider, "guarded", owner.id).await;
+    r.assert_envelope(403);
+    assert_eq!(revision(&app, "guarded").await, 1);
+    assert_eq!(role_of(&app, "guarded", c.id).await, None);
+}
+
+#[tokio::test]
+async fn a_contributor_cannot_manage_members() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let c = app.agent("c").await;
+    let d = app.agent("d").await;
+    let orbit = app.orbit(&owner, "flat").await;
+    app.join(&c, orbit).await;
+    app.join(&d, orbit).await;
+    put_role(&app, &c, "flat", d.id, "CONTRIBUTOR")
+        .await
+        .assert_envelope(403);
+    put_role(&app, &c, "flat", c.id, "MAINTAINER")
+        .await
+        .assert_envelope(403);
+    remove(&app, &c, "flat", d.id).await.assert_envelope(403);
+    assert_eq!(revision(&app, "flat").await, 3);
+}
+
+#[tokio::test]
+async fn a_maintainer_manages_contributors_and_maintainers_but_not_owners() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let m = app.agent("maintainer").await;
+    let x = app.agent("x").await;
+    let y = app.agent("y").await;
+    app.orbit(&owner, "tiers").await;
+    let r = put_role(&app, &owner, "tiers", m.id, "MAINTAINER").await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["data"]["role"], "MAINTAINER");
+
+    // Add a CONTRIBUTOR (201), promote it to MAINTAINER (200), demote it back (200).
+    let r = put_role(&app, &m, "tiers", x.id, "CONTRIBUTOR").await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["data"]["role"], "CONTRIBUTOR");
+    let r = put_role(&app, &m, "tiers", x.id, "MAINTAINER").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["role"], "MAINTAINER");
+    let r = put_role(&app, &m, "tiers", x.id, "CONTRIBUTOR").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+
+    // OWNER is out of reach: granting it, to a new member or an existing one, or to
+    // itself; and changing or removing the owner.
+    let before = revision(&app, "tiers").await;
+    put_role(&app, &m, "tiers", y.id, "OWNER")
+        .await
+        .assert_error(403, "insufficient_role");
+    put_role(&app, &m, "tiers", x.id, "OWNER")
+        .await
+        .assert_error(403, "insufficient_role");
+    put_role(&app, &m, "tiers", m.id, "OWNER")
+        .await
+        .assert_error(403, "insufficient_role");
+    put_role(&app, &m, "tiers", owner.id, "MAINTAINER")
+        .await
+        .assert_error(403, "insufficient_role");
+    remove(&app, &m, "tiers", owner.id)
+        .await
+        .assert_error(403, "insufficient_role");
+    assert_eq!(revision(&app, "tiers").await, before);
+    assert_eq!(role_of(&app, "tiers", y.id).await, None);
+    assert_eq!(
+        role_of(&app, "tiers", owner.id).await.as_deref(),
+        Some("OWNER")
+    );
+
+    // It may remove a CONTRIBUTOR.
+    let r = remove(&app, &m, "tiers", x.id).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(role_of(&app, "tiers", x.id).await, None);
+
+    // The owner may grant OWNER.
+    let r = put_role(&app, &owner, "tiers", m.id, "OWNER").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["role"], "OWNER");
+}
+
+#[tokio::test]
+async fn put_answers_201_when_adding_and_200_when_changing() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let b = app.agent("b").await;
+    let orbit = app.orbit(&owner, "roles").await;
+    let path = format!("/api/v1/orbits/{orbit}/members/{}", b.id);
+    let r = app
+        .put(&path, &owner.token, json!({"role": "CONTRIBUTOR"}))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json["data"]["orbit_revision"], 2);
+    assert_eq!(r.json["data"]["contributor"]["id"], b.id);
+    let r = app
+        .put(&path, &owner.token, json!({"role": "MAINTAINER"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["orbit_revision"], 3);
+    assert_eq!(r.json["data"]["role"], "MAINTAINER");
+
+    // Bad input.
+    app.put(&path, &owner.token, json!({"role": "ADMIN"}))
+        .await
+        .assert_envelope(422);
+    app.put(&path, &owner.token, json!({}))
+        .await
+        .assert_envelope(422);
+    app.put(
+        &format!("/api/v1/orbits/{orbit}/members/999999"),
+        &owner.token,
+        json!({"role": "CONTRIBUTOR"}),
+    )
+    .await
+    .assert_error(404, "not_found");
+    app.put(
+        &format!("/api/v1/orbits/nope/members/{}", b.id),
+        &owner.token,
+        json!({"role": "CONTRIBUTOR"}),
+    )
+    .await
+    .assert_error(404, "not_found");
+    assert_eq!(revision(&app, "roles").await, 3);
+}
+
+#[tokio::test]
+async fn the_last_owner_cannot_leave_or_be_demoted() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let second = app.agent("second").await;
+    app.orbit(&owner, "keep-owner").await;
+
+    remove(&app, &owner, "keep-owner", owner.id)
+        .await
+        .assert_error(409, "last_owner");
+    for role in ["MAINTAINER", "CONTRIBUTOR"] {
+        put_role(&app, &owner, "keep-owner", owner.id, role)
+            .await
+            .assert_error(409, "last_owner");
+    }
+    assert_eq!(revision(&app, "keep-owner").await, 1);
+    assert_eq!(
+        role_of(&app, "keep-owner", owner.id).await.as_deref(),
+        Some("OWNER")
+    );
+
+    // With a second owner, the first may step down, and then the second is last.
+    let r = put_role(&app, &owner, "keep-owner", second.id, "OWNER").await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = put_role(&app, &owner, "keep-owner", owner.id, "MAINTAINER").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    remove(&app, &second, "keep-owner", second.id)
+        .await
+        .assert_error(409, "last_owner");
+    put_role(&app, &second, "keep-owner", second.id, "CONTRIBUTOR")
+        .await
+        .assert_error(409, "last_owner");
+    // An owner may remove another owner when one remains.
+    let r = put_role(&app, &second, "keep-owner", owner.id, "OWNER").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = remove(&app, &second, "keep-owner", owner.id).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    remove(&app, &second, "keep-owner", second.id)
+        .await
+        .assert_error(409, "last_owner");
+}
+
+#[tokio::test]
+async fn two_owners_demoting_each_other_at_once_leave_one_owner() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let b = app.agent("b").await;
+    let orbit = app.orbit(&a, "duel").await;
+    let r = put_role(&app, &a, "duel", b.id, "OWNER").await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    for _ in 0..5 {
+        // Each owner leaves at the same moment: at most one may succeed.
+        let (ra, rb) = tokio::join!(
+            remove(&app, &a, "duel", a.id),
+            remove(&app, &b, "duel", b.id)
+        );
+        let ok = [&ra, &rb].iter().filter(|r| r.status == 200).count();
+        assert_eq!(ok, 1, "{} / {}", ra.text, rb.text);
+        for r in [&ra, &rb] {
+            if r.status != 200 {
+                r.assert_error(409, "last_owner");
+            }
+        }
+        let mut conn = app.db.conn();
+        let owners = crate::harness::sql_i64(
+            &mut conn,
+            &format!(
+                "SELECT count(*) AS n FROM memberships WHERE orbit_id = {orbit} AND role = 'OWNER'"
+            ),
+        );
+        assert_eq!(owners, 1);
+        // Restore the second owner for the next round.
+        let (stayer, leaver) = if ra.status == 200 { (&b, &a) } else { (&a, &b) };
+        let r = put_role(&app, stayer, "duel", leaver.id, "OWNER").await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn any_member_may_remove_itself() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let c = app.agent("c").await;
+    let m = app.agent("m").await;
+    let orbit = app.orbit(&owner, "exits").await;
+    app.join(&c, orbit).await;
+    assert_eq!(
+        put_role(&app, &owner, "exits", m.id, "MAINTAINER")
+            .await
+            .status,
+        201
+    );
+    for who in [&c, &m] {
+        let r = remove(&app, who, "exits", who.id).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.json["data"]["contributor"]["id"], who.id);
+        assert!(r.json["data"]["orbit_revision"].is_i64());
+        assert_eq!(role_of(&app, "exits", who.id).await, None);
+        // Gone, so no longer a member: a second removal is 403 (not a member).
+        remove(&app, who, "exits", who.id)
+            .await
+            .assert_envelope(403);
+    }
+    // Removing a non-member by a manager is 404.
+    remove(&app, &owner, "exits", c.id)
+        .await
+        .assert_error(404, "not_found");
+    // And the one who left may join again.
+    let r = app
+        .send(
+            Method::POST,
+            "/api/v1/orbits/exits/join",
+            Some(&c.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
+#[tokio::test]
+async fn every_membership_write_returns_its_revision_and_appears_in_the_feed() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let b = app.agent("b").await;
+    let c = app.agent("c").await;
+
+    let created = app
+        .post(
+            "/api/v1/orbits",
+            &owner.token,
+            json!({"slug": "ledger", "name": "L"}),
+        )
+        .await;
+    let orbit = created.json["data"]["id"].as_i64().unwrap();
+    let joined = app
+        .send(
+            Method::POST,
+            "/api/v1/orbits/ledger/join",
+            Some(&b.token),
+            None,
+            None,
+        )
+        .await;
+    let added = put_role(&app, &owner, "ledger", c.id, "CONTRIBUTOR").await;
+    let changed = put_role(&app, &owner, "ledger", c.id, "MAINTAINER").await;
+    // Refused writes in between advance nothing.
+    put_role(&app, &b, "ledger", c.id, "OWNER")
+        .await
+        .assert_envelope(403);
+    remove(&app, &owner, "ledger", owner.id)
+        .await
+        .assert_error(409, "last_owner");
+    let removed = remove(&app, &c, "ledger", b.id).await;
+    let left = remove(&app, &b, "ledger", b.id).await;
+    left.assert_envelope(403);
+    let left = remove(&app, &c, "ledger", c.id).await;
+
+    let writes = [
+        (&created, 201, "orbit.created", "orbit", orbit, owner.id),
+        (&joined, 201, "member.added", "member", b.id, b.id),
+        (&added, 201, "member.added", "member", c.id, owner.id),
+        (&changed, 200, "member.updated", "member", c.id, owner.id),
+        (&removed, 200, "member.removed", "member", b.id, c.id),
+        (&left, 200, "member.removed", "member", c.id, c.id),
+    ];
+    let feed = app
+        .get(&format!("/api/v1/orbits/{orbit}/changes"), None)
+        .await;
+    assert_eq!(feed.status, 200, "{}", feed.text);
+    let changes = feed.json["data"].as_array().unwrap();
+    assert_eq!(changes.len(), writes.len(), "{}", feed.text);
+    for (i, (resp, status, kind, entity_type, entity_id, actor)) in writes.iter().enumerate() {
+        let rev = i as i64 + 1;
+        assert_eq!(resp.status, *status, "write {rev}: {}", resp.text);
+        assert_eq!(resp.json["data"]["orbit_revision"], rev, "{}", resp.text);
+        let ch = &changes[i];
+        assert_eq!(ch["revision"], rev);
+        assert_eq!(ch["kind"], *kind);
+        assert_eq!(ch["entity_type"], *entity_type);
+        assert_eq!(ch["entity_id"], *entity_id);
+        assert_eq!(ch["task_id"], Value::Null);
+        assert_eq!(ch["contributor"]["id"], *actor);
+        assert!(ch["summary"].as_str().is_some_and(|s| !s.is_empty()));
+        crate::orbits::assert_timestamp(&ch["created_at"]);
+    }
+    assert_eq!(
+        feed.json["meta"],
+        json!({"next_after": writes.len(), "orbit_revision": writes.len()})
+    );
+    assert_eq!(revision(&app, "ledger").await, writes.len() as i64);
+}
+
+#[tokio::test]
+async fn members_list_pages_by_contributor_id() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "crowd").await;
+    let mut ids = vec![owner.id];
+    for i in 0..4 {
+        let a = app.agent(&format!("m{i}")).await;
+        app.join(&a, orbit).await;
+        ids.push(a.id);
+    }
+    let mut seen = Vec::new();
+    let mut after = 0;
+    loop {
+        let r = app
+            .get(
+                &format!("/api/v1/orbits/crowd/members?limit=2&after={after}"),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        seen.extend(
+            r.json["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["contributor"]["id"].as_i64().unwrap()),
+        );
+        match r.json["meta"]["next_after"].as_i64() {
+            Some(n) => after = n,
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+    app.get("/api/v1/orbits/nope/members", None)
+        .await
+        .assert_error(404, "not_found");
+}

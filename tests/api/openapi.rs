@@ -1,0 +1,174 @@
+//! The OpenAPI document (contract section 12): the committed file matches the
+//! generated one, the app serves it, the docs page works, and every documented
+//! route exists.
+
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::harness::TestApp;
+
+const REGENERATE: &str = "cargo run -q -- openapi > openapi/openapi.json";
+
+fn generated() -> String {
+    orbit_commons::routes::openapi()
+        .to_pretty_json()
+        .expect("render the OpenAPI document")
+}
+
+#[test]
+fn committed_openapi_document_matches_the_generated_one() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/openapi.json");
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}. Generate it with `{REGENERATE}`.",
+            path.display()
+        )
+    });
+    let generated = generated();
+    if committed.trim_end() != generated.trim_end() {
+        let line = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
+        panic!(
+            "openapi/openapi.json is out of date with the code (first difference at line {}).\n\
+             Regenerate it with `{REGENERATE}` and commit the result.",
+            line + 1
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_app_serves_the_generated_document() {
+    let app = TestApp::spawn().await;
+    let r = app.get("/openapi.json", None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/json")));
+    let expected: Value = serde_json::from_str(&generated()).unwrap();
+    assert_eq!(r.json, expected);
+}
+
+#[tokio::test]
+async fn docs_are_served_as_html_from_the_binary() {
+    let app = TestApp::spawn().await;
+    for path in ["/docs/", "/docs"] {
+        let r = app.get(path, None).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+        assert!(
+            r.header("content-type")
+                .is_some_and(|c| c.starts_with("text/html")),
+            "{path}: {:?}",
+            r.header("content-type")
+        );
+        assert!(r.text.to_ascii_lowercase().contains("<html"), "{path}");
+    }
+    // The page's script and style come from the binary, not a CDN.
+    let index = app.get("/docs/", None).await;
+    assert!(!index.text.contains("unpkg.com") && !index.text.contains("cdn."));
+    for asset in ["/docs/swagger-ui.css", "/docs/swagger-ui-bundle.js"] {
+        let r = app.get(asset, None).await;
+        assert_eq!(r.status, 200, "{asset}");
+        assert!(r.bytes.len() > 1000, "{asset} is empty");
+    }
+    let init = app.get("/docs/swagger-initializer.js", None).await;
+    assert_eq!(init.status, 200);
+    assert!(init.text.contains("/openapi.json"), "{}", init.text);
+}
+
+#[test]
+fn both_security_schemes_are_bearer_schemes() {
+    let doc: Value = serde_json::from_str(&generated()).unwrap();
+    for name in ["ContributorToken", "AgentToken"] {
+        let scheme = &doc["components"]["securitySchemes"][name];
+        assert_eq!(scheme["type"], "http", "{name}: {scheme}");
+        assert_eq!(
+            scheme["scheme"]
+                .as_str()
+                .map(str::to_ascii_lowercase)
+                .as_deref(),
+            Some("bearer"),
+            "{name}"
+        );
+    }
+    // Writes accept either scheme.
+    let post = &doc["paths"]["/api/v1/orbits"]["post"];
+    let names: Vec<String> = post["security"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s.as_object().unwrap().keys().cloned())
+        .collect();
+    assert!(names.contains(&"ContributorToken".to_owned()), "{names:?}");
+    assert!(names.contains(&"AgentToken".to_owned()), "{names:?}");
+}
+
+#[test]
+fn orbit_creation_documents_its_optional_idempotency_key() {
+    let doc: Value = serde_json::from_str(&generated()).unwrap();
+    let params = doc["paths"]["/api/v1/orbits"]["post"]["parameters"]
+        .as_array()
+        .expect("parameters");
+    let key = params
+        .iter()
+        .find(|p| p["name"] == "Idempotency-Key")
+        .expect("Idempotency-Key parameter");
+    assert_eq!(key["in"], "header");
+    assert_ne!(key["required"], true);
+}
+
+#[test]
+fn every_operation_documents_the_error_envelope() {
+    let doc: Value = serde_json::from_str(&generated()).unwrap();
+    let error = &doc["components"]["schemas"]["Error"];
+    let required: Vec<&str> = error["required"]
+        .as_array()
+        .expect("Error.required")
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(required.contains(&"message") && required.contains(&"code"));
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.starts_with("/api/") {
+            continue;
+        }
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            assert!(
+                responses.keys().any(|s| s.starts_with('4')),
+                "{method} {path} documents no error response"
+            );
+        }
+    }
+}
+
+/// Every documented path and method is routed (no fallback 404/405), so the spec
+/// cannot list a route the app does not serve.
+#[tokio::test]
+async fn every_documented_operation_is_routed() {
+    let app = TestApp::spawn().await;
+    let doc: Value = serde_json::from_str(&generated()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let concrete: String = path
+            .split('/')
+            .map(|seg| if seg.starts_with('{') { "1" } else { seg })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in item.as_object().unwrap().keys() {
+            let m = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+            let r = app.send(m, &concrete, None, None, None).await;
+            let unrouted = r.status == 405
+                || (r.status == 404 && r.json["message"] == "No route matches this path.");
+            assert!(
+                !unrouted,
+                "{method} {path} is documented but not routed: {}",
+                r.text
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 17, "only {checked} operations documented");
+}
