@@ -155,6 +155,9 @@ impl ApiError {
 
     pub fn to_response(&self) -> HttpResponse {
         let mut builder = HttpResponse::build(self.status);
+        builder
+            .extensions_mut()
+            .insert(ErrorCode(self.body.code.clone()));
         builder.insert_header((
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -190,6 +193,10 @@ impl ResponseError for ApiError {
         self.to_response()
     }
 }
+
+/// The error code of a response, for metrics (set by `ApiError::to_response`).
+#[derive(Debug, Clone)]
+pub struct ErrorCode(pub String);
 
 /// Collects field problems so a client sees all of them at once.
 #[derive(Debug, Default)]

@@ -127,6 +127,57 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
     })
 }
 
+/// A JSON body whose problems are reported late: the extractor only refuses a body
+/// over the size limit (413 comes first in the contract's precedence); a body that
+/// does not parse or validate is kept as an error that the handler raises with
+/// `check()` after its 401/404/403 checks, so 422 never hides them.
+pub struct Body<T> {
+    parsed: Result<T, ApiError>,
+    /// RFC 8785 canonical form of the body as sent (`{}` when absent).
+    pub canonical: String,
+}
+
+impl<T> Body<T> {
+    /// The parsed body, or its 422.
+    pub fn check(&self) -> ApiResult<&T> {
+        self.parsed.as_ref().map_err(Clone::clone)
+    }
+}
+
+impl<T: DeserializeOwned + Validate + 'static> FromRequest for Body<T> {
+    type Error = ApiError;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let bytes = match read_body(&req, &mut payload).await {
+                Ok(b) => b,
+                Err(e) if e.status == actix_web::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    return Ok(Body {
+                        parsed: Err(e),
+                        canonical: String::new(),
+                    })
+                }
+            };
+            Ok(match parse_body(is_json_content_type(&req), &bytes) {
+                Ok(JsonBody { value, canonical }) => Body {
+                    parsed: Ok(value),
+                    canonical,
+                },
+                Err(e) => Body {
+                    parsed: Err(e),
+                    canonical: String::new(),
+                },
+            })
+        })
+    }
+}
+
 fn between_backticks(message: &str, prefix: &str) -> Option<String> {
     let start = message.find(prefix)? + prefix.len();
     let end = message[start..].find('`')? + start;

@@ -15,6 +15,7 @@ pub mod feed;
 pub mod fence;
 pub mod idempotency;
 pub mod json;
+pub mod metrics;
 pub mod ratelimit;
 pub mod revision;
 pub mod routes;
@@ -59,6 +60,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         tokens: Arc::new(auth::TokenCache::default()),
         hub,
         limits: Arc::new(ratelimit::Limits::new(config)),
+        metrics: Arc::new(metrics::Metrics::default()),
     }
 }
 
@@ -106,6 +108,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
                     Ok(res)
                 }
             })
+            .wrap(ratelimit::Protect)
             .wrap(telemetry::RequestSpan)
     })
     .client_request_timeout(client_timeout)
@@ -126,13 +129,15 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     })
 }
 
-/// Background upkeep: the idempotency key purge.
+/// Background upkeep: the idempotency key purge and idle rate-limit buckets.
 fn spawn_background(state: &AppState) {
     let pool = state.pool.clone();
+    let limits = state.limits.clone();
     actix_web::rt::spawn(async move {
         let mut interval = actix_web::rt::time::interval(Duration::from_secs(60));
         loop {
             interval.tick().await;
+            limits.shrink();
             let result = db::read(&pool, |conn| Ok(idempotency::purge_expired(conn)?)).await;
             match result {
                 Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),

@@ -60,6 +60,7 @@ pub fn configure(cfg: &mut ServiceConfig) {
     cfg.service(api::system::healthz)
         .service(api::system::readyz)
         .service(api::system::agents_md)
+        .service(crate::metrics::metrics)
         .service(
             scope("/api/v1")
                 .service(api::contributors::register_contributor)

@@ -15,4 +15,5 @@ pub struct AppState {
     pub tokens: Arc<TokenCache>,
     pub hub: ChangeHub,
     pub limits: Arc<Limits>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }

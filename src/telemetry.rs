@@ -68,6 +68,23 @@ where
                     .match_pattern()
                     .unwrap_or_else(|| "<unmatched>".to_owned());
                 tracing::Span::current().record("route", route.as_str());
+                let code = res
+                    .response()
+                    .extensions()
+                    .get::<crate::error::ErrorCode>()
+                    .map(|c| c.0.clone());
+                if let Some(state) = res
+                    .request()
+                    .app_data::<actix_web::web::Data<crate::state::AppState>>()
+                {
+                    state.metrics.observe(
+                        &route,
+                        res.request().method().as_str(),
+                        res.status().as_u16(),
+                        started.elapsed().as_secs_f64(),
+                        code.as_deref(),
+                    );
+                }
                 tracing::info!(
                     status = res.status().as_u16(),
                     ms = started.elapsed().as_secs_f64() * 1000.0,

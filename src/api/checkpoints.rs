@@ -14,7 +14,7 @@ use crate::db;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
-use crate::json::{canonical_json, JsonBody, Validate};
+use crate::json::{canonical_json, Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::refs;
 use crate::store::tasks::{self as store, Checkpoint};
@@ -83,13 +83,16 @@ pub async fn create_checkpoint(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<CreateCheckpoint>,
+    body: Body<CreateCheckpoint>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
-    let state_canonical = canonical_json(&value.state);
-    let state_hash = hex::encode(Sha256::digest(state_canonical.as_bytes()));
-    let artifact_ids = value.artifact_ids.clone().unwrap_or_default();
+    let canonical = body.canonical.clone();
+    // Hashed once, outside the transaction (which may be retried).
+    let hashed = body.check().ok().map(|v| {
+        let c = canonical_json(&v.state);
+        let h = hex::encode(Sha256::digest(c.as_bytes()));
+        (c, h)
+    });
     write(
         &state,
         bearer,
@@ -98,6 +101,9 @@ pub async fn create_checkpoint(
         canonical,
         move |conn, caller, gate| {
             let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+            let value = body.check()?;
+            let (state_canonical, state_hash) = hashed.as_ref().ok_or(ApiError::internal())?;
+            let artifact_ids = value.artifact_ids.clone().unwrap_or_default();
             if !refs::artifacts_in_orbit(conn, orbit_id, &artifact_ids)? {
                 return Err(ApiError::field(
                     "artifact_ids",
@@ -115,8 +121,8 @@ pub async fn create_checkpoint(
                 held.lease_version,
                 caller.id(),
                 &value.summary,
-                &state_canonical,
-                &state_hash,
+                state_canonical,
+                state_hash,
                 &artifact_ids,
                 task.now,
             )?;

@@ -12,7 +12,7 @@ use crate::auth::token::{self, TokenKind};
 use crate::auth::Bearer;
 use crate::db;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::json::{JsonBody, Validate};
+use crate::json::{Body, Validate};
 use crate::store::contributors::{self as store, MembershipSummary, TokenInfo};
 
 /// Registration of a contributor.
@@ -117,15 +117,15 @@ async fn register(
 pub async fn register_contributor(
     state: State,
     req: HttpRequest,
-    body: JsonBody<RegisterContributor>,
+    body: Body<RegisterContributor>,
 ) -> ApiResult<HttpResponse> {
-    state.limits.check_register(&req)?;
-    let b = body.value;
+    state.limits.check_register(&req, &state)?;
+    let b = body.check()?;
     register(
         &state,
         b.kind.as_str(),
-        b.name,
-        b.model_claim,
+        b.name.clone(),
+        b.model_claim.clone(),
         TokenKind::Contributor,
     )
     .await
@@ -144,11 +144,18 @@ pub async fn register_contributor(
 pub async fn register_agent(
     state: State,
     req: HttpRequest,
-    body: JsonBody<RegisterAgent>,
+    body: Body<RegisterAgent>,
 ) -> ApiResult<HttpResponse> {
-    state.limits.check_register(&req)?;
-    let b = body.value;
-    register(&state, "AGENT", b.name, b.model_claim, TokenKind::Agent).await
+    state.limits.check_register(&req, &state)?;
+    let b = body.check()?;
+    register(
+        &state,
+        "AGENT",
+        b.name.clone(),
+        b.model_claim.clone(),
+        TokenKind::Agent,
+    )
+    .await
 }
 
 /// The caller and its memberships.

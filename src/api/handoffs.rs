@@ -19,7 +19,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
-use crate::json::{JsonBody, Validate};
+use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
@@ -95,22 +95,15 @@ pub async fn offer_handoff(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<OfferHandoff>,
+    body: Body<OfferHandoff>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     let min = if state.config.test_short_durations {
         1
     } else {
         60
     };
-    let expires_in = value.expires_in_seconds.unwrap_or(3600);
-    if expires_in < min || expires_in > 86400 {
-        return Err(ApiError::field(
-            "expires_in_seconds",
-            format!("must be between {min} and 86400"),
-        ));
-    }
     write(
         &state,
         bearer,
@@ -119,7 +112,15 @@ pub async fn offer_handoff(
         canonical,
         move |conn, caller, gate| {
             let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+            let value = body.check()?;
+            let expires_in = value.expires_in_seconds.unwrap_or(3600);
             let mut errors = FieldErrors::default();
+            if expires_in < min || expires_in > 86400 {
+                errors.add(
+                    "expires_in_seconds",
+                    format!("must be between {min} and 86400"),
+                );
+            }
             if !store::checkpoint_of_task(conn, value.checkpoint_id, task_id)? {
                 errors.add("checkpoint_id", "must be a checkpoint of this task");
             }
@@ -266,11 +267,10 @@ pub async fn accept_handoff(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<AcceptHandoff>,
+    body: Body<AcceptHandoff>,
 ) -> ApiResult<HttpResponse> {
     let handoff_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
-    let requested = value.duration_seconds;
+    let canonical = body.canonical.clone();
     let state2 = state.clone();
     write(
         &state,
@@ -294,7 +294,7 @@ pub async fn accept_handoff(
                 )
                 .into());
             }
-            let seconds = duration(&state2, requested)?;
+            let seconds = duration(&state2, body.check()?.duration_seconds)?;
             gate.claim(conn, &[handoff_id])?;
             let task = fence::lock(conn, h.task_id, LockMode::Update)?;
             let h = store::lock(conn, handoff_id)?;
@@ -437,10 +437,10 @@ pub async fn decline_handoff(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<DeclineHandoff>,
+    body: Body<DeclineHandoff>,
 ) -> ApiResult<HttpResponse> {
     let handoff_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -456,6 +456,7 @@ pub async fn decline_handoff(
                 )
                 .into());
             }
+            let value = body.check()?;
             gate.claim(conn, &[handoff_id])?;
             end_pending(
                 conn,
@@ -485,7 +486,7 @@ pub async fn withdraw_handoff(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<crate::api::orbits::Empty>,
+    body: Body<crate::api::orbits::Empty>,
 ) -> ApiResult<HttpResponse> {
     let handoff_id = path.into_inner();
     write(
@@ -493,7 +494,7 @@ pub async fn withdraw_handoff(
         bearer,
         key,
         &WITHDRAW_HANDOFF,
-        body.canonical,
+        body.canonical.clone(),
         move |conn, caller, gate| {
             let h = handoff_member(conn, handoff_id, caller.id())?;
             if h.from_contributor != caller.id() {
@@ -503,6 +504,7 @@ pub async fn withdraw_handoff(
                 )
                 .into());
             }
+            body.check()?;
             gate.claim(conn, &[handoff_id])?;
             end_pending(
                 conn,

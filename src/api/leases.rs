@@ -15,7 +15,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
-use crate::json::{JsonBody, Validate};
+use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::handoffs;
 use crate::store::tasks::{self as store, Lease};
@@ -96,11 +96,10 @@ pub async fn acquire_lease(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<AcquireLease>,
+    body: Body<AcquireLease>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
-    let requested = value.duration_seconds;
+    let canonical = body.canonical.clone();
     let state2 = state.clone();
     write(
         &state,
@@ -110,7 +109,7 @@ pub async fn acquire_lease(
         canonical,
         move |conn, caller, gate| {
             let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
-            let seconds = duration(&state2, requested)?;
+            let seconds = duration(&state2, body.check()?.duration_seconds)?;
             gate.claim(conn, &[task_id])?;
             let task = fence::lock(conn, task_id, LockMode::Update)?;
             if !task.is_open() {
@@ -286,10 +285,10 @@ pub async fn renew_lease(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<RenewLease>,
+    body: Body<RenewLease>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     let state2 = state.clone();
     write(
         &state,
@@ -299,6 +298,7 @@ pub async fn renew_lease(
         canonical,
         move |conn, caller, gate| {
             let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
+            let value = body.check()?;
             let seconds = duration(&state2, value.duration_seconds)?;
             gate.claim(conn, &[lease_id])?;
             let task = fence::lock(conn, task_id, LockMode::Update)?;
@@ -341,10 +341,10 @@ pub async fn release_lease(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<LeaseVersionBody>,
+    body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -353,6 +353,7 @@ pub async fn release_lease(
         canonical,
         move |conn, caller, gate| {
             let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
+            let value = body.check()?;
             gate.claim(conn, &[lease_id])?;
             let task = fence::lock(conn, task_id, LockMode::Update)?;
             if path_version != value.lease_version {
@@ -417,14 +418,14 @@ pub async fn check_fence(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
-    body: JsonBody<LeaseVersionBody>,
+    body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    let version = body.value.lease_version;
     let tokens = state.tokens.clone();
     let verdict = db::transact(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
         task_member(conn, task_id, caller.id())?;
+        let version = body.check()?.lease_version;
         let task = fence::lock(conn, task_id, LockMode::Share)?;
         let held = fence::check(conn, &task, caller.id(), version, Guard::Work)?;
         Ok(FenceVerdict {

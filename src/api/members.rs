@@ -17,7 +17,7 @@ use crate::auth::Bearer;
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, Operation};
-use crate::json::{JsonBody, Validate};
+use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::contributors as contributors_store;
 use crate::store::orbits::{self as store, Member, Role};
@@ -134,11 +134,10 @@ pub async fn put_member(
     state: State,
     bearer: Bearer,
     path: web::Path<(String, i64)>,
-    body: JsonBody<PutMember>,
+    body: Body<PutMember>,
 ) -> ApiResult<HttpResponse> {
     let (reference, target_id) = path.into_inner();
-    let JsonBody { value, canonical } = body;
-    let new_role = value.role;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -150,6 +149,10 @@ pub async fn put_member(
             let target = contributors_store::find(conn, target_id)?
                 .ok_or_else(|| ApiError::not_found("Contributor"))?;
             let caller_role = store::require_member(conn, orbit.id, caller.id())?;
+            if caller_role == Role::Contributor {
+                return Err(forbidden_for(caller_role).into());
+            }
+            let new_role = body.check()?.role;
             let current = store::role_of(conn, orbit.id, target.id)?;
             if !may_manage(caller_role, new_role)
                 || current.is_some_and(|c| !may_manage(caller_role, c))
@@ -240,7 +243,7 @@ pub async fn delete_member(
     state: State,
     bearer: Bearer,
     path: web::Path<(String, i64)>,
-    body: JsonBody<Empty>,
+    body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let (reference, target_id) = path.into_inner();
     write(
@@ -248,7 +251,7 @@ pub async fn delete_member(
         bearer,
         IdemHeader::default(),
         &DELETE_MEMBER,
-        body.canonical,
+        body.canonical.clone(),
         move |conn, caller, gate| {
             let orbit = store::resolve(conn, &reference)?;
             contributors_store::find(conn, target_id)?
@@ -261,6 +264,7 @@ pub async fn delete_member(
             if target_id != caller.id() && !may_manage(caller_role, current) {
                 return Err(forbidden_for(caller_role).into());
             }
+            body.check()?;
             gate.claim(conn, &[orbit.id, target_id])?;
             // Lock order: the member's tasks (inside) before the membership rows.
             let released = crate::store::tasks::release_member_work(conn, orbit.id, target_id)?;

@@ -142,6 +142,10 @@ where
             json_response(reply.status, reply.body)
         }
         Outcome::Replayed(stored) => {
+            state
+                .metrics
+                .idempotency_replays
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut resp = json_response(stored.status, stored.body);
             resp.headers_mut().insert(
                 header::HeaderName::from_static(REPLAYED_HEADER),

@@ -11,7 +11,7 @@ use crate::auth::Bearer;
 use crate::db;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, IdempotencyKeyOptional, Operation};
-use crate::json::{JsonBody, Validate};
+use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::orbits::{self as store, JoinPolicy, Member, Orbit, Role};
 
@@ -96,9 +96,9 @@ pub async fn create_orbit(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    body: JsonBody<CreateOrbit>,
+    body: Body<CreateOrbit>,
 ) -> ApiResult<HttpResponse> {
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -106,6 +106,7 @@ pub async fn create_orbit(
         &CREATE_ORBIT,
         canonical,
         move |conn, caller, gate| {
+            let value = body.check()?;
             gate.claim(conn, &[])?;
             let id = store::insert(
                 conn,
@@ -216,7 +217,7 @@ pub async fn join_orbit(
     state: State,
     bearer: Bearer,
     path: OrbitRef,
-    body: JsonBody<Empty>,
+    body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
     write(
@@ -224,7 +225,7 @@ pub async fn join_orbit(
         bearer,
         IdemHeader::default(),
         &JOIN_ORBIT,
-        body.canonical,
+        body.canonical.clone(),
         move |conn, caller, gate| {
             let orbit = store::resolve(conn, &reference)?;
             if store::role_of(conn, orbit.id, caller.id())?.is_some() {
@@ -241,6 +242,7 @@ pub async fn join_orbit(
                 )
                 .into());
             }
+            body.check()?;
             gate.claim(conn, &[orbit.id])?;
             if !store::upsert_member(conn, orbit.id, caller.id(), Role::Contributor)? {
                 return Err(ApiError::conflict(

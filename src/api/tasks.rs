@@ -12,7 +12,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
-use crate::json::{JsonBody, Validate};
+use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::handoffs;
 use crate::store::orbits::{self as orbit_store, Role};
@@ -92,10 +92,10 @@ pub async fn create_task(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<String>,
-    body: JsonBody<CreateTask>,
+    body: Body<CreateTask>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -105,6 +105,7 @@ pub async fn create_task(
         move |conn, caller, gate| {
             let orbit = orbit_store::resolve(conn, &reference)?;
             orbit_store::require_member(conn, orbit.id, caller.id())?;
+            let value = body.check()?;
             check_problem(conn, orbit.id, value.problem_id)?;
             gate.claim(conn, &[orbit.id])?;
             let id = store::insert_task(
@@ -261,10 +262,10 @@ pub async fn complete_task(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<CompleteTask>,
+    body: Body<CompleteTask>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -273,6 +274,7 @@ pub async fn complete_task(
         canonical,
         move |conn, caller, gate| {
             let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+            let value = body.check()?;
             if let Some(cid) = value.result_contribution_id {
                 if !crate::store::refs::contribution_in_orbit(conn, orbit_id, cid)? {
                     return Err(ApiError::field(
@@ -353,10 +355,10 @@ pub async fn cancel_task(
     bearer: Bearer,
     key: IdemHeader,
     path: web::Path<i64>,
-    body: JsonBody<CancelTask>,
+    body: Body<CancelTask>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    let JsonBody { value, canonical } = body;
+    let canonical = body.canonical.clone();
     write(
         &state,
         bearer,
@@ -372,6 +374,7 @@ pub async fn cancel_task(
                 )
                 .into());
             }
+            let value = body.check()?;
             gate.claim(conn, &[task_id])?;
             let task = fence::lock(conn, task_id, LockMode::Update)?;
             if !task.is_open() {

@@ -140,9 +140,16 @@ impl From<TxError> for ApiError {
     }
 }
 
+/// Threads waiting for a pooled connection right now (all pools of the process).
+pub static POOL_WAITING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Checks a connection out of the pool, mapping exhaustion to 503.
 pub fn checkout(pool: &PgPool) -> ApiResult<PgConn> {
-    pool.get().map_err(|e| {
+    use std::sync::atomic::Ordering;
+    POOL_WAITING.fetch_add(1, Ordering::Relaxed);
+    let conn = pool.get();
+    POOL_WAITING.fetch_sub(1, Ordering::Relaxed);
+    conn.map_err(|e| {
         tracing::warn!(error = %e, "no database connection available");
         ApiError::unavailable()
     })

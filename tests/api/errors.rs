@@ -290,3 +290,99 @@ async fn a_missing_token_on_a_write_is_401_in_the_envelope() {
         .header("www-authenticate")
         .is_some_and(|h| h.starts_with("Bearer")));
 }
+
+/// Contract section 2: 401 → 404 → 403 → 422 → idempotency → the handler's 409s.
+#[tokio::test]
+async fn a_bad_body_never_hides_401_404_or_403() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let outsider = app.agent("outsider").await;
+    let orbit = app.orbit(&owner, "precedence").await;
+    let task = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/tasks"),
+            &owner.token,
+            json!({"title": "t"}),
+        )
+        .await
+        .json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    let bad = json!({"unknown_field": true});
+    // No token: 401, whatever the body.
+    app.send(
+        Method::POST,
+        "/api/v1/orbits",
+        None,
+        None,
+        Some(bad.clone()),
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    app.send(
+        Method::POST,
+        &format!("/api/v1/tasks/{task}/leases"),
+        None,
+        Some("k"),
+        Some(bad.clone()),
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    // Unknown objects: 404 before the body is judged.
+    app.send(
+        Method::POST,
+        "/api/v1/tasks/999999/leases",
+        Some(&owner.token),
+        Some("k"),
+        Some(bad.clone()),
+    )
+    .await
+    .assert_error(404, "not_found");
+    app.send(
+        Method::PUT,
+        "/api/v1/orbits/nope/members/1",
+        Some(&owner.token),
+        None,
+        Some(json!({"role": "KING"})),
+    )
+    .await
+    .assert_error(404, "not_found");
+    app.send(
+        Method::POST,
+        "/api/v1/handoffs/999999/accept",
+        Some(&owner.token),
+        Some("k"),
+        Some(bad.clone()),
+    )
+    .await
+    .assert_error(404, "not_found");
+    // Not a member: 403 before the body is judged.
+    app.send(
+        Method::POST,
+        &format!("/api/v1/tasks/{task}/checkpoints"),
+        Some(&outsider.token),
+        Some("k"),
+        Some(bad.clone()),
+    )
+    .await
+    .assert_error(403, "not_a_member");
+    app.send(
+        Method::POST,
+        &format!("/api/v1/orbits/{orbit}/tasks"),
+        Some(&outsider.token),
+        Some("k"),
+        Some(bad.clone()),
+    )
+    .await
+    .assert_error(403, "not_a_member");
+    // A member with a bad body and no key: 422 for the body before the key.
+    app.send(
+        Method::POST,
+        &format!("/api/v1/tasks/{task}/leases"),
+        Some(&owner.token),
+        None,
+        Some(bad),
+    )
+    .await
+    .assert_error(422, "validation_failed");
+}

@@ -11,6 +11,7 @@ mod leases;
 mod members;
 mod openapi;
 mod orbits;
+mod protection;
 mod revisions;
 mod smoke;
 mod spec;

@@ -1,0 +1,237 @@
+//! Prometheus metrics at `/metrics`, kept by hand in memory (per instance).
+//!
+//! Labels are route templates, methods, statuses and error codes only: never a
+//! token, a hash or a path with ids in it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use actix_web::{get, HttpResponse};
+
+use crate::api::State;
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    latency: Mutex<BTreeMap<String, Histogram>>,
+    errors: Mutex<BTreeMap<String, u64>>,
+    pub idempotency_replays: AtomicU64,
+    pub rate_limited: [AtomicU64; 3],
+}
+
+/// Which limiter refused a request (index into `rate_limited`).
+pub const LIMIT_TOKEN: usize = 0;
+pub const LIMIT_ANON: usize = 1;
+pub const LIMIT_REGISTER: usize = 2;
+
+impl Metrics {
+    pub fn observe(
+        &self,
+        route: &str,
+        method: &str,
+        status: u16,
+        seconds: f64,
+        error_code: Option<&str>,
+    ) {
+        {
+            let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+            *r.entry((route.to_owned(), method.to_owned(), status))
+                .or_default() += 1;
+        }
+        {
+            let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+            let h = l.entry(route.to_owned()).or_default();
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if seconds <= *b {
+                    h.counts[i] += 1;
+                }
+            }
+            h.sum += seconds;
+            h.count += 1;
+        }
+        if let Some(code) = error_code {
+            let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+            *e.entry(code.to_owned()).or_default() += 1;
+        }
+    }
+
+    fn error_count(&self, code: &str) -> u64 {
+        let e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        e.get(code).copied().unwrap_or(0)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, state: &crate::state::AppState) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP orbit_http_requests_total HTTP requests by route template, method and status."
+        );
+        let _ = writeln!(out, "# TYPE orbit_http_requests_total counter");
+        for ((route, method, status), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "orbit_http_requests_total{{route=\"{}\",method=\"{method}\",status=\"{status}\"}} {n}",
+                escape(route)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP orbit_http_request_duration_seconds Request latency by route template."
+        );
+        let _ = writeln!(out, "# TYPE orbit_http_request_duration_seconds histogram");
+        for (route, h) in self
+            .latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let route = escape(route);
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "orbit_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {}",
+                    h.counts[i]
+                );
+            }
+            let _ = writeln!(
+                out,
+                "orbit_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "orbit_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "orbit_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
+        }
+        let _ = writeln!(out, "# HELP orbit_errors_total Error responses by code.");
+        let _ = writeln!(out, "# TYPE orbit_errors_total counter");
+        for (code, n) in self.errors.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "orbit_errors_total{{code=\"{}\"}} {n}", escape(code));
+        }
+        let pool = state.pool.state();
+        let _ = writeln!(
+            out,
+            "# HELP orbit_db_pool_connections Database pool connections by state."
+        );
+        let _ = writeln!(out, "# TYPE orbit_db_pool_connections gauge");
+        let _ = writeln!(
+            out,
+            "orbit_db_pool_connections{{state=\"in_use\"}} {}",
+            pool.connections.saturating_sub(pool.idle_connections)
+        );
+        let _ = writeln!(
+            out,
+            "orbit_db_pool_connections{{state=\"idle\"}} {}",
+            pool.idle_connections
+        );
+        let _ = writeln!(
+            out,
+            "orbit_db_pool_connections{{state=\"waiting\"}} {}",
+            crate::db::POOL_WAITING.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP orbit_db_pool_max_connections Configured pool size."
+        );
+        let _ = writeln!(out, "# TYPE orbit_db_pool_max_connections gauge");
+        let _ = writeln!(
+            out,
+            "orbit_db_pool_max_connections {}",
+            state.pool.max_size()
+        );
+        counter(
+            &mut out,
+            "orbit_lease_conflicts_total",
+            "Lease acquisitions refused with 409 lease_conflict.",
+            self.error_count("lease_conflict"),
+        );
+        counter(
+            &mut out,
+            "orbit_idempotency_conflicts_total",
+            "Requests refused with idempotency_key_reused or idempotency_key_in_flight.",
+            self.error_count("idempotency_key_reused")
+                + self.error_count("idempotency_key_in_flight"),
+        );
+        counter(
+            &mut out,
+            "orbit_idempotency_replays_total",
+            "Keyed writes answered from a stored response.",
+            self.idempotency_replays.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP orbit_rate_limited_total Requests refused with 429, by limiter."
+        );
+        let _ = writeln!(out, "# TYPE orbit_rate_limited_total counter");
+        for (i, scope) in ["token", "anon", "register"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "orbit_rate_limited_total{{limiter=\"{scope}\"}} {}",
+                self.rate_limited[i].load(Ordering::Relaxed)
+            );
+        }
+        counter(
+            &mut out,
+            "orbit_token_cache_hits_total",
+            "Token verifications answered by the in-memory cache (no argon2).",
+            state.tokens.hits.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_token_cache_misses_total",
+            "Token verifications that ran argon2.",
+            state.tokens.misses.load(Ordering::Relaxed),
+        );
+        out
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} counter");
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus metrics of this instance (text format 0.0.4).
+#[utoipa::path(
+    tag = "System",
+    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain"))
+)]
+#[get("/metrics")]
+pub async fn metrics(state: State) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(state.metrics.render(&state))
+}
