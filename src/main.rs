@@ -50,7 +50,9 @@ fn main() -> ExitCode {
             let doc = routes::openapi();
             match doc.to_pretty_json() {
                 Ok(json) => {
-                    println!("{json}");
+                    use std::io::Write;
+                    // A closed pipe (`| head`) is not an error worth a panic.
+                    let _ = writeln!(std::io::stdout(), "{json}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

@@ -75,14 +75,20 @@ pub struct RegisteredData {
     pub data: Registered,
 }
 
+/// What a registration asks for, or the 422 to raise after the token check.
+type Registration = ApiResult<(&'static str, String, Option<String>)>;
+
 async fn register(
     state: &State,
-    kind: &'static str,
-    name: String,
-    model_claim: Option<String>,
+    bearer: Bearer,
+    wanted: Registration,
     token_kind: TokenKind,
 ) -> ApiResult<HttpResponse> {
+    let tokens = state.tokens.clone();
     let registered = db::transact(&state.pool, move |conn| {
+        // Public route, but a presented token must be a valid one.
+        bearer.optional(conn, &tokens)?;
+        let (kind, name, model_claim) = wanted.clone()?;
         let minted = token::mint(token_kind);
         let (contributor, token, token_id) = store::register(
             conn,
@@ -117,18 +123,14 @@ async fn register(
 pub async fn register_contributor(
     state: State,
     req: HttpRequest,
+    bearer: Bearer,
     body: Body<RegisterContributor>,
 ) -> ApiResult<HttpResponse> {
     state.limits.check_register(&req, &state)?;
-    let b = body.check()?;
-    register(
-        &state,
-        b.kind.as_str(),
-        b.name.clone(),
-        b.model_claim.clone(),
-        TokenKind::Contributor,
-    )
-    .await
+    let wanted = body
+        .check()
+        .map(|b| (b.kind.as_str(), b.name.clone(), b.model_claim.clone()));
+    register(&state, bearer, wanted, TokenKind::Contributor).await
 }
 
 /// Register an agent (legacy route).
@@ -144,18 +146,14 @@ pub async fn register_contributor(
 pub async fn register_agent(
     state: State,
     req: HttpRequest,
+    bearer: Bearer,
     body: Body<RegisterAgent>,
 ) -> ApiResult<HttpResponse> {
     state.limits.check_register(&req, &state)?;
-    let b = body.check()?;
-    register(
-        &state,
-        "AGENT",
-        b.name.clone(),
-        b.model_claim.clone(),
-        TokenKind::Agent,
-    )
-    .await
+    let wanted = body
+        .check()
+        .map(|b| ("AGENT", b.name.clone(), b.model_claim.clone()));
+    register(&state, bearer, wanted, TokenKind::Agent).await
 }
 
 /// The caller and its memberships.

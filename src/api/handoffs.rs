@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::leases::{duration, lease_conflict, written_lease};
+use crate::api::leases::{duration, lease_conflict};
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::{task_closed, task_member};
 use crate::api::types::{page, PageMeta, PageParams};
@@ -173,7 +173,9 @@ pub async fn offer_handoff(
                     summary,
                 },
             )?;
-            Reply::created(&written_handoff(conn, id, Some(rev))?, orbit_id)
+            let mut out = written_handoff(conn, id, None)?;
+            out.orbit_revision = Some(rev);
+            Reply::created(&out, orbit_id)
         },
     )
     .await
@@ -215,7 +217,7 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
 fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>) -> TxResult<()> {
-    if h.status != "PENDING" {
+    if h.status != "PENDING" && h.status != "EXPIRED" {
         return Err(ApiError::conflict(
             "handoff_not_pending",
             "This handoff is no longer pending. Choose other work.",
@@ -223,7 +225,7 @@ fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>) -> TxResul
         .with_details(json!({ "current_status": h.status }))
         .into());
     }
-    if h.expires_at <= now {
+    if h.status == "EXPIRED" || h.expires_at <= now {
         return Err(ApiError::conflict(
             "handoff_expired",
             "This handoff has expired. Choose other work.",
@@ -344,6 +346,10 @@ pub async fn accept_handoff(
                 "; lease v{version} issued to contributor {}",
                 caller.id()
             ));
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let handoff = written_handoff(conn, handoff_id, None)?;
+            let lease = task_store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 h.orbit_id,
@@ -357,12 +363,8 @@ pub async fn accept_handoff(
                 },
             )?;
             let accepted = AcceptedHandoff {
-                handoff: written_handoff(conn, handoff_id, None)?,
-                lease: {
-                    let mut l = written_lease(conn, lease_id, rev)?;
-                    l.orbit_revision = None;
-                    l
-                },
+                handoff,
+                lease,
                 task_id: h.task_id,
                 orbit_revision: rev,
             };

@@ -69,12 +69,6 @@ impl Validate for AcquireLease {
     fn validate(&self, _: &mut FieldErrors) {}
 }
 
-pub fn written_lease(conn: &mut diesel::PgConnection, id: i64, rev: i64) -> TxResult<Lease> {
-    let mut lease = store::lease(conn, id)?.ok_or(ApiError::internal())?;
-    lease.orbit_revision = Some(rev);
-    Ok(lease)
-}
-
 pub static ACQUIRE_LEASE: Operation = Operation::required("POST", "/api/v1/tasks/{task}/leases");
 
 /// Acquire a lease on a task: `lease_version = task.lease_version + 1`.
@@ -147,6 +141,9 @@ pub async fn acquire_lease(
                 task.now,
                 seconds,
             )?;
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 orbit_id,
@@ -159,7 +156,8 @@ pub async fn acquire_lease(
                     summary: format!("lease v{version} acquired on task {task_id}{summary}"),
                 },
             )?;
-            Reply::created(&written_lease(conn, lease_id, rev)?, orbit_id)
+            out.orbit_revision = Some(rev);
+            Reply::created(&out, orbit_id)
         },
     )
     .await
@@ -307,6 +305,9 @@ pub async fn renew_lease(
             }
             let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
             store::renew_lease(conn, held.lease_id, task.now, seconds)?;
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 orbit_id,
@@ -319,7 +320,8 @@ pub async fn renew_lease(
                     summary: format!("lease v{} renewed for {seconds} s", held.lease_version),
                 },
             )?;
-            Reply::ok(&written_lease(conn, lease_id, rev)?, orbit_id)
+            out.orbit_revision = Some(rev);
+            Reply::ok(&out, orbit_id)
         },
     )
     .await
@@ -367,6 +369,9 @@ pub async fn release_lease(
                 Guard::ReleaseOrOffer,
             )?;
             store::end_lease(conn, held.lease_id, task.now, "RELEASED")?;
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 orbit_id,
@@ -379,7 +384,8 @@ pub async fn release_lease(
                     summary: format!("lease v{} released", held.lease_version),
                 },
             )?;
-            Reply::ok(&written_lease(conn, lease_id, rev)?, orbit_id)
+            out.orbit_revision = Some(rev);
+            Reply::ok(&out, orbit_id)
         },
     )
     .await

@@ -228,17 +228,17 @@ pub async fn join_orbit(
         body.canonical.clone(),
         move |conn, caller, gate| {
             let orbit = store::resolve(conn, &reference)?;
-            if store::role_of(conn, orbit.id, caller.id())?.is_some() {
-                return Err(ApiError::conflict(
-                    "already_member",
-                    "You are already a member of this orbit.",
-                )
-                .into());
-            }
             if orbit.join_policy != JoinPolicy::Open.as_str() {
                 return Err(ApiError::forbidden(
                     "invite_only",
                     "This orbit is INVITE only: a MAINTAINER must add you.",
+                )
+                .into());
+            }
+            if store::role_of(conn, orbit.id, caller.id())?.is_some() {
+                return Err(ApiError::conflict(
+                    "already_member",
+                    "You are already a member of this orbit.",
                 )
                 .into());
             }

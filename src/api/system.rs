@@ -33,7 +33,13 @@ pub async fn healthz() -> HttpResponse {
 )]
 #[get("/readyz")]
 pub async fn readyz(state: State) -> ApiResult<HttpResponse> {
-    let migrated = db::read(&state.pool, |conn| Ok(db::is_migrated(conn))).await?;
+    let migrated = db::read(&state.pool, |conn| {
+        db::is_migrated(conn).map_err(|e| {
+            tracing::warn!(error = %e, "readiness check failed");
+            ApiError::unavailable().into()
+        })
+    })
+    .await?;
     if !migrated {
         return Err(ApiError::new(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,

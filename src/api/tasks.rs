@@ -51,17 +51,6 @@ impl Validate for CreateTask {
     }
 }
 
-/// Reads a task back inside the write's transaction, stamped with the revision.
-pub fn written_task(
-    conn: &mut diesel::PgConnection,
-    id: i64,
-    orbit_revision: i64,
-) -> TxResult<Task> {
-    let mut task = store::task(conn, id)?.ok_or(ApiError::internal())?;
-    task.orbit_revision = Some(orbit_revision);
-    Ok(task)
-}
-
 /// Checks that a referenced problem exists in the orbit (422 otherwise).
 pub fn check_problem(
     conn: &mut diesel::PgConnection,
@@ -116,6 +105,9 @@ pub async fn create_task(
                 value.description.as_deref().unwrap_or(""),
                 caller.id(),
             )?;
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let mut out = store::task(conn, id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 orbit.id,
@@ -128,7 +120,8 @@ pub async fn create_task(
                     summary: format!("task {id} created"),
                 },
             )?;
-            Reply::created(&written_task(conn, id, rev)?, orbit.id)
+            out.orbit_revision = Some(rev);
+            Reply::created(&out, orbit.id)
         },
     )
     .await
@@ -305,6 +298,9 @@ pub async fn complete_task(
             for h in superseded {
                 summary.push_str(&format!("; handoff {h} superseded"));
             }
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 orbit_id,
@@ -317,7 +313,8 @@ pub async fn complete_task(
                     summary,
                 },
             )?;
-            Reply::ok(&written_task(conn, task_id, rev)?, orbit_id)
+            out.orbit_revision = Some(rev);
+            Reply::ok(&out, orbit_id)
         },
     )
     .await
@@ -402,6 +399,9 @@ pub async fn cancel_task(
                 None,
                 value.reason.as_deref(),
             )?;
+            // Read back before the revision: the orbit lock is then held only for
+            // the last statements before commit.
+            let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
             let rev = revision::record(
                 conn,
                 orbit_id,
@@ -414,7 +414,8 @@ pub async fn cancel_task(
                     summary,
                 },
             )?;
-            Reply::ok(&written_task(conn, task_id, rev)?, orbit_id)
+            out.orbit_revision = Some(rev);
+            Reply::ok(&out, orbit_id)
         },
     )
     .await

@@ -231,10 +231,8 @@ impl Bearer {
             cache.forget(&key);
             return Err(ApiError::unauthorized("The token is invalid.").into());
         };
-        if row.revoked_at.is_some() {
-            cache.forget(&key);
-            return Err(ApiError::unauthorized("The token has been revoked.").into());
-        }
+        // The secret is checked before revocation is revealed: knowing a token's
+        // public lookup part tells nothing.
         if cached.is_some() {
             cache
                 .hits
@@ -246,15 +244,27 @@ impl Bearer {
             if !token::verify(parsed.secret, &row.secret_hash) {
                 return Err(ApiError::unauthorized("The token is invalid.").into());
             }
+        }
+        if row.revoked_at.is_some() {
+            cache.forget(&key);
+            return Err(ApiError::unauthorized("The token has been revoked.").into());
+        }
+        if cached.is_none() {
             cache.put(key, row.id);
         }
         let stale = row
             .last_used_at
             .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
         if stale {
-            diesel::update(tokens::table.filter(tokens::id.eq(row.id)))
-                .set(tokens::last_used_at.eq(row.now))
-                .execute(conn)?;
+            // Never wait for this bookkeeping: another request of the same token may
+            // hold the row; it records the use then.
+            diesel::sql_query(
+                "UPDATE tokens SET last_used_at = $2 WHERE id = ( \
+                     SELECT id FROM tokens WHERE id = $1 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind::<diesel::sql_types::BigInt, _>(row.id)
+            .bind::<diesel::sql_types::Timestamptz, _>(row.now)
+            .execute(conn)?;
         }
         let (id, kind, name, model_claim) = row.contributor;
         Ok(Some(Caller {

@@ -209,7 +209,8 @@ impl Cluster {
     fn pg_ctl_start(&self) -> Result<(), String> {
         let log = self.data_dir.join("server.log");
         let opts = format!(
-            "-c listen_addresses='' -c unix_socket_directories='{}' -p {PORT} -c max_connections=200",
+            "-c listen_addresses='' -c unix_socket_directories='{}' -c unix_socket_permissions=0700 \
+             -p {PORT} -c max_connections=200",
             self.socket_dir.display()
         );
         let mut cmd = self.command("pg_ctl");

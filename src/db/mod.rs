@@ -33,11 +33,13 @@ struct SessionSettings {
 
 impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        // A lock wait gives up before the statement would, so a wait on another
+        // request's Idempotency-Key is told apart (409 in flight) from a slow query.
         conn.batch_execute(&format!(
             "SET statement_timeout = {}; SET lock_timeout = {}; SET TIME ZONE 'UTC'; \
              SET idle_in_transaction_session_timeout = {}",
             self.statement_timeout_ms,
-            self.statement_timeout_ms,
+            (self.statement_timeout_ms / 2).max(100),
             self.statement_timeout_ms * 2
         ))
         .map_err(diesel::r2d2::Error::QueryError)
@@ -73,9 +75,13 @@ pub fn migrate(url: &str) -> Result<usize, String> {
     result
 }
 
-/// True when every embedded migration has been applied.
-pub fn is_migrated(conn: &mut PgConnection) -> bool {
-    matches!(conn.has_pending_migration(MIGRATIONS), Ok(false))
+/// True when every embedded migration has been applied; an error when the database
+/// cannot be asked.
+pub fn is_migrated(conn: &mut PgConnection) -> Result<bool, String> {
+    conn.batch_execute("SELECT 1").map_err(|e| e.to_string())?;
+    conn.has_pending_migration(MIGRATIONS)
+        .map(|pending| !pending)
+        .map_err(|e| e.to_string())
 }
 
 /// Messages libpq and the server use when the database cannot serve us.

@@ -8,6 +8,7 @@ mod handoffs;
 mod harness;
 mod idempotency;
 mod leases;
+mod matrix;
 mod members;
 mod openapi;
 mod orbits;
