@@ -97,7 +97,26 @@ pub fn configure(cfg: &mut ServiceConfig) {
                 .service(api::handoffs::withdraw_handoff)
                 .service(api::handoffs::list_handoffs)
                 .service(api::handoffs::get_handoff)
-                .service(api::handoffs::task_handoffs),
+                .service(api::handoffs::task_handoffs)
+                .service(api::problems::create_problem)
+                .service(api::problems::list_problems)
+                .service(api::problems::get_problem)
+                .service(api::problems::set_problem_status)
+                .service(api::problems::problem_overview)
+                .service(api::contributions::create_contribution)
+                .service(api::contributions::list_contributions)
+                .service(api::contributions::get_contribution)
+                .service(api::contributions::revise_contribution)
+                .service(api::contributions::list_revisions)
+                .service(api::contributions::get_revision)
+                .service(api::assessments::create_assessment)
+                .service(api::assessments::list_assessments)
+                .service(api::artifacts::create_artifact)
+                .service(api::artifacts::list_artifacts)
+                .service(api::artifacts::get_artifact)
+                .service(api::artifacts::get_artifact_content)
+                .service(api::memory::create_memory_record)
+                .service(api::memory::list_memory_records),
         );
 }
 

@@ -1,17 +1,23 @@
 //! HTTP handlers, one module per resource. Handlers are thin: parse, call the
 //! store inside one unit of work, shape the response.
 
+pub mod artifacts;
+pub mod assessments;
 pub mod changes;
 pub mod checkpoints;
+pub mod contributions;
 pub mod contributors;
 pub mod handoffs;
 pub mod leases;
 pub mod members;
+pub mod memory;
 pub mod orbits;
+pub mod problems;
 pub mod responses;
 pub mod system;
 pub mod tasks;
 pub mod types;
+pub mod verbatim;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;

@@ -7,6 +7,7 @@ mod errors;
 mod handoffs;
 mod harness;
 mod idempotency;
+mod knowledge;
 mod leases;
 mod matrix;
 mod members;

@@ -1,0 +1,202 @@
+//! Assessments: a verdict on one exact revision of a contribution (contract section 6).
+//!
+//! An assessment stays bound to the revision it names; a later revision starts with
+//! none. Assessments are never averaged or merged: counts by verdict are all the
+//! service derives from them.
+
+use actix_web::{get, post, web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::api::responses::{ReadErrors, WriteErrors};
+use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::{page_json, verbatim, write, Reply, State};
+use crate::auth::Bearer;
+use crate::db;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::json::{Body, Validate};
+use crate::revision::{self, Change};
+use crate::store::contributions::{self as store, Assessment, Verdict};
+use crate::store::orbits as orbit_store;
+use crate::store::{problems, refs};
+
+#[derive(Serialize, ToSchema)]
+pub struct AssessmentData {
+    pub data: Assessment,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AssessmentPage {
+    pub data: Vec<Assessment>,
+    pub meta: PageMeta,
+}
+
+/// Body of `POST /api/v1/contributions/{contribution}/revisions/{n}/assessments`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAssessment {
+    pub verdict: Verdict,
+    #[schema(min_length = 1, max_length = 8000)]
+    pub rationale: String,
+    /// Contributions of the same orbit offered as evidence (at most 100).
+    #[schema(max_items = 100)]
+    pub evidence_contribution_ids: Option<Vec<i64>>,
+}
+
+impl Validate for CreateAssessment {
+    fn validate(&self, e: &mut FieldErrors) {
+        verbatim::text(e, "rationale", &self.rationale, 1, 8000);
+        if let Some(ids) = &self.evidence_contribution_ids {
+            verbatim::ids(e, "evidence_contribution_ids", ids);
+        }
+    }
+}
+
+pub static CREATE_ASSESSMENT: Operation = Operation::required(
+    "POST",
+    "/api/v1/contributions/{contribution}/revisions/{n}/assessments",
+);
+
+/// Assess one exact revision of a contribution (members only).
+///
+/// The assessment belongs to revision `n` forever. It counts in the contribution's
+/// `verdict_counts` (and its problem's overview) only while `n` is the current
+/// revision. Any member may assess, the author included, and as often as they like:
+/// each assessment stays its assessor's own.
+#[utoipa::path(
+    tag = "Assessments",
+    params(
+        ("contribution" = i64, Path, minimum = 1),
+        ("n" = i64, Path, minimum = 1, description = "The revision assessed."),
+        IdempotencyKeyRequired,
+    ),
+    request_body = CreateAssessment,
+    security(("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 201, body = AssessmentData), WriteErrors),
+)]
+#[post("/contributions/{contribution}/revisions/{n}/assessments")]
+pub async fn create_assessment(
+    state: State,
+    bearer: Bearer,
+    key: IdemHeader,
+    path: web::Path<(i64, i64)>,
+    body: Body<CreateAssessment>,
+) -> ApiResult<HttpResponse> {
+    let (contribution_id, n) = path.into_inner();
+    let canonical = body.canonical.clone();
+    write(
+        &state,
+        bearer,
+        key,
+        &CREATE_ASSESSMENT,
+        canonical,
+        move |conn, caller, gate| {
+            let head = store::peek(conn, contribution_id)?
+                .ok_or_else(|| ApiError::not_found("Contribution"))?;
+            if n < 1 || n > head.revision {
+                return Err(ApiError::not_found("Contribution revision").into());
+            }
+            orbit_store::require_member(conn, head.orbit_id, caller.id())?;
+            let value = body.check()?;
+            let evidence = value.evidence_contribution_ids.clone().unwrap_or_default();
+            if !refs::contributions_in_orbit(conn, head.orbit_id, &evidence)? {
+                return Err(ApiError::field(
+                    "evidence_contribution_ids",
+                    "every contribution must exist in this orbit",
+                )
+                .into());
+            }
+            gate.claim(conn, &[contribution_id, n])?;
+            // Under the lock, a revision cannot slip in between the check of the
+            // current revision and the counters.
+            let head = store::lock(conn, contribution_id)?;
+            let id = store::insert_assessment(
+                conn,
+                head.orbit_id,
+                contribution_id,
+                n,
+                value.verdict,
+                &value.rationale,
+                &evidence,
+                caller.id(),
+            )?;
+            let current = n == head.revision;
+            if current {
+                store::count_verdict(conn, contribution_id, value.verdict)?;
+                if let Some(problem_id) = head.problem_id {
+                    problems::count_verdict(conn, problem_id, value.verdict)?;
+                }
+            }
+            let mut out = store::assessment(conn, id)?.ok_or(ApiError::internal())?;
+            let rev = revision::record(
+                conn,
+                head.orbit_id,
+                caller.id(),
+                Change {
+                    kind: "assessment.created",
+                    entity_type: "assessment",
+                    entity_id: id,
+                    task_id: None,
+                    summary: format!(
+                        "assessment {id}: {} on contribution {contribution_id} revision {n}{}",
+                        value.verdict.as_str(),
+                        if current { "" } else { " (not current)" }
+                    ),
+                },
+            )?;
+            out.orbit_revision = Some(rev);
+            Reply::created(&out, head.orbit_id)
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct AssessmentQuery {
+    /// Only assessments of this revision.
+    #[param(minimum = 1)]
+    pub revision: Option<i64>,
+    /// Page size, 1..100 (default 50).
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<i64>,
+    /// Return assessments with an id greater than this.
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+}
+
+/// A contribution's assessments, ascending by id; `revision` keeps one revision's.
+#[utoipa::path(
+    tag = "Assessments",
+    params(("contribution" = i64, Path, minimum = 1), AssessmentQuery),
+    security((), ("ContributorToken" = []), ("AgentToken" = [])),
+    responses((status = 200, body = AssessmentPage), ReadErrors),
+)]
+#[get("/contributions/{contribution}/assessments")]
+pub async fn list_assessments(
+    state: State,
+    bearer: Bearer,
+    path: web::Path<i64>,
+    query: web::Query<AssessmentQuery>,
+) -> ApiResult<HttpResponse> {
+    let q = query.into_inner();
+    let (limit, after) = PageParams {
+        limit: q.limit,
+        after: q.after,
+    }
+    .checked()?;
+    if q.revision.is_some_and(|r| r < 1) {
+        return Err(ApiError::field("revision", "must be at least 1"));
+    }
+    let id = path.into_inner();
+    let tokens = state.tokens.clone();
+    let rows = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+        Ok(store::assessments(conn, id, q.revision, after, limit)?)
+    })
+    .await?;
+    page_json(&page(rows, limit, |a| a.id))
+}

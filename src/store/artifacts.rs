@@ -1,0 +1,172 @@
+//! Artifacts: small stored files. Metadata reads never load the bytes.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bytea, Nullable, Text, Timestamptz};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::api::types::{ts, ContributorActor};
+
+/// A stored file's metadata. The bytes are at `GET /api/v1/artifacts/{id}/content`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Artifact {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    #[schema(minimum = 1)]
+    pub orbit_id: i64,
+    pub name: String,
+    /// As declared by the uploader; the content route serves it as `Content-Type`.
+    pub media_type: String,
+    /// Size of the decoded content in bytes.
+    #[schema(minimum = 0)]
+    pub size_bytes: i64,
+    /// Lowercase hex SHA-256 of the content; the content route's `ETag`.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub sha256: String,
+    pub created_by: ContributorActor,
+    #[serde(with = "ts")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    /// Present on mutation response; omitted on nested read objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, required = false)]
+    pub orbit_revision: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct ArtifactRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    orbit_id: i64,
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    media_type: String,
+    #[diesel(sql_type = BigInt)]
+    size_bytes: i64,
+    #[diesel(sql_type = Text)]
+    sha256: String,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    c_id: i64,
+    #[diesel(sql_type = Text)]
+    c_type: String,
+    #[diesel(sql_type = Text)]
+    c_name: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    c_model_claim: Option<String>,
+}
+
+impl From<ArtifactRow> for Artifact {
+    fn from(r: ArtifactRow) -> Artifact {
+        Artifact {
+            id: r.id,
+            orbit_id: r.orbit_id,
+            name: r.name,
+            media_type: r.media_type,
+            size_bytes: r.size_bytes,
+            sha256: r.sha256,
+            created_by: ContributorActor {
+                id: r.c_id,
+                kind: r.c_type,
+                name: r.c_name,
+                model_claim: r.c_model_claim,
+            },
+            created_at: r.created_at,
+            orbit_revision: None,
+        }
+    }
+}
+
+const ARTIFACT_SELECT: &str = "SELECT f.id, f.orbit_id, f.name, f.media_type, f.size_bytes, \
+        f.sha256, f.created_at, \
+        c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim \
+    FROM artifacts f JOIN contributors c ON c.id = f.created_by";
+
+pub fn artifact(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Artifact>> {
+    diesel::sql_query(format!("{ARTIFACT_SELECT} WHERE f.id = $1"))
+        .bind::<BigInt, _>(id)
+        .get_result::<ArtifactRow>(conn)
+        .optional()
+        .map(|o| o.map(Artifact::from))
+}
+
+pub fn artifacts_of_orbit(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<Artifact>> {
+    diesel::sql_query(format!(
+        "{ARTIFACT_SELECT} WHERE f.orbit_id = $1 AND f.id > $2 ORDER BY f.id LIMIT $3"
+    ))
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(limit + 1)
+    .load::<ArtifactRow>(conn)
+    .map(|rows| rows.into_iter().map(Artifact::from).collect())
+}
+
+/// What the content route needs to decide between 200 and 304.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ContentHead {
+    #[diesel(sql_type = Text)]
+    pub name: String,
+    #[diesel(sql_type = Text)]
+    pub media_type: String,
+    #[diesel(sql_type = Text)]
+    pub sha256: String,
+}
+
+pub fn content_head(conn: &mut PgConnection, id: i64) -> QueryResult<Option<ContentHead>> {
+    diesel::sql_query("SELECT name, media_type, sha256 FROM artifacts WHERE id = $1")
+        .bind::<BigInt, _>(id)
+        .get_result(conn)
+        .optional()
+}
+
+pub fn content(conn: &mut PgConnection, id: i64) -> QueryResult<Vec<u8>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Bytea)]
+        content: Vec<u8>,
+    }
+    diesel::sql_query("SELECT content FROM artifacts WHERE id = $1")
+        .bind::<BigInt, _>(id)
+        .get_result::<Row>(conn)
+        .map(|r| r.content)
+}
+
+#[expect(clippy::too_many_arguments, reason = "one column per argument")]
+pub fn insert(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    name: &str,
+    media_type: &str,
+    size_bytes: i64,
+    sha256: &str,
+    content: &[u8],
+    creator: i64,
+) -> QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    diesel::sql_query(
+        "INSERT INTO artifacts (orbit_id, name, media_type, size_bytes, sha256, content, created_by) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<Text, _>(name)
+    .bind::<Text, _>(media_type)
+    .bind::<BigInt, _>(size_bytes)
+    .bind::<Text, _>(sha256)
+    .bind::<Bytea, _>(content)
+    .bind::<BigInt, _>(creator)
+    .get_result::<Id>(conn)
+    .map(|r| r.id)
+}
