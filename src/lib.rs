@@ -87,6 +87,8 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
             .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc.clone()))
             .default_service(web::to(routes::fallback))
             .wrap(routes::envelope_errors())
+            // Protect's own refusals (413, 429) pass through the security headers.
+            .wrap(ratelimit::Protect)
             .wrap_fn(|req, srv| {
                 use actix_web::dev::Service;
                 let authed = req.headers().contains_key(header::AUTHORIZATION);
@@ -108,7 +110,6 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
                     Ok(res)
                 }
             })
-            .wrap(ratelimit::Protect)
             .wrap(telemetry::RequestSpan)
     })
     .client_request_timeout(client_timeout)

@@ -60,6 +60,7 @@ async fn a_300_kib_body_is_413_with_or_without_content_length_and_writes_nothing
         )
         .await;
     r.assert_error(413, "payload_too_large");
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     // Chunked, without Content-Length: refused once the limit is passed.
     let status = chunked_post(&app, "/api/v1/orbits", &a.token, big.as_bytes()).await;
     assert!(status.starts_with("HTTP/1.1 413"), "{status}");
@@ -84,6 +85,7 @@ async fn anonymous_requests_are_limited_per_address_with_standard_headers() {
     }
     let r = app.get("/api/v1/orbits", None).await;
     r.assert_error(429, "rate_limited");
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!(
         (1..=20).contains(&retry),
