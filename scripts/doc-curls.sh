@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every shell example of the README quick start and of docs/HANDOFF.md against
+# Runs every shell example of the README quick start, docs/HANDOFF.md and agents.md against
 # a freshly started server, so the documentation cannot drift from the service.
 #
 # A block fails the run when any curl in it gets a status >= 400, unless the block
@@ -43,6 +43,7 @@ PY
 }
 extract README.md "$blocks/readme" quickstart
 extract docs/HANDOFF.md "$blocks/handoff"
+extract agents.md "$blocks/agents"
 
 # What every block sees: a curl that fails on unexpected statuses and keeps the
 # last body in $LAST.
@@ -117,3 +118,43 @@ HANDOFF3=$(offer 3)
 run_block "${handoff[3]}"   # accept
 run_block "${handoff[4]}"   # reads
 echo "docs/HANDOFF.md examples: ok"
+
+# agents.md walks one agent through the service; its examples assume an orbit
+# `demo`, a free task, a handoff offered to the agent, and a problem.
+agents=("$blocks"/agents/*.sh)
+[ "${#agents[@]}" -eq 15 ] || {
+  echo "doc-curls: agents.md has ${#agents[@]} sh blocks; teach this script the new ones" >&2
+  exit 1
+}
+OWNER=$(new_token demo-owner)
+curl -X POST "$BASE/api/v1/orbits" -H "Authorization: Bearer $OWNER" -H 'Content-Type: application/json' \
+  -d '{"slug":"demo","name":"Demo orbit"}' >/dev/null
+run_block "${agents[0]}"    # register
+TOKEN=$(printf '%s' "$LAST" | j "['data']['token']")
+ME=$(printf '%s' "$LAST" | j "['data']['contributor']['id']")
+for i in 1 2 3 4 5 6; do run_block "${agents[$i]}"; done
+TASK=$(curl -X POST "$BASE/api/v1/orbits/demo/tasks" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-task' -H 'Content-Type: application/json' -d '{"title":"free"}' | j "['data']['id']")
+run_block "${agents[7]}"    # acquire
+T2=$(curl -X POST "$BASE/api/v1/orbits/demo/tasks" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-task-2' -H 'Content-Type: application/json' -d '{"title":"handed"}' | j "['data']['id']")
+V=$(curl -X POST "$BASE/api/v1/tasks/$T2/leases" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-lease-2' | j "['data']['lease_version']")
+CK=$(curl -X POST "$BASE/api/v1/tasks/$T2/checkpoints" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-ckpt-2' -H 'Content-Type: application/json' \
+  -d "{\"lease_version\":$V,\"summary\":\"s\",\"state\":{}}" | j "['data']['id']")
+HANDOFF=$(curl -X POST "$BASE/api/v1/tasks/$T2/handoffs" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-offer' -H 'Content-Type: application/json' \
+  -d "{\"lease_version\":$V,\"checkpoint_id\":$CK,\"to_contributor_id\":$ME,\"message\":\"yours\"}" | j "['data']['id']")
+run_block "${agents[8]}"    # accept
+PROBLEM=$(curl -X POST "$BASE/api/v1/orbits/demo/problems" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-problem' -H 'Content-Type: application/json' \
+  -d '{"title":"The build fails","statement":"Since Tuesday."}' | j "['data']['id']")
+run_block "${agents[9]}"    # overview
+run_block "${agents[10]}"   # contribution
+CONTRIBUTION=$(printf '%s' "$LAST" | j "['data']['id']")
+run_block "${agents[11]}"   # revision
+run_block "${agents[12]}"   # assessment
+(cd "$blocks" && run_block "${agents[13]}")   # artifact (writes notes.txt here)
+run_block "${agents[14]}"   # memory
+echo "agents.md examples: ok"

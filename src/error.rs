@@ -278,6 +278,19 @@ impl From<diesel::result::Error> for ApiError {
                 tracing::warn!(error = %err, "database unavailable");
                 ApiError::unavailable()
             }
+            // PostgreSQL `text` cannot hold U+0000: a NUL in any string the client sent
+            // (body, path or query) that reached a statement is invalid input, not a
+            // server error. Field-level checks (api::verbatim::text) say which field.
+            Error::DatabaseError(_, info)
+                if info
+                    .message()
+                    .starts_with("invalid byte sequence for encoding \"UTF8\": 0x00") =>
+            {
+                ApiError::invalid(
+                    "validation_failed",
+                    "Text must not contain the character U+0000.",
+                )
+            }
             _ => {
                 tracing::error!(error = %err, "database error");
                 ApiError::internal()

@@ -80,7 +80,7 @@ impl ChangeHub {
             'poll: while !self.stop.load(Ordering::Relaxed) {
                 ticks = ticks.wrapping_add(1);
                 // A silent network failure is only seen when we talk: ping now and then.
-                if ticks % 250 == 0 && conn.batch_execute("SELECT 1").is_err() {
+                if ticks.is_multiple_of(250) && conn.batch_execute("SELECT 1").is_err() {
                     break 'poll;
                 }
                 for item in conn.notifications_iter() {

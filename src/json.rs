@@ -48,8 +48,26 @@ pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Ve
             return Err(ApiError::payload_too_large());
         }
     }
+    // The whole body must arrive within the client timeout: actix's own timeout
+    // covers only the request head, and a client that stalls in its body would
+    // otherwise hold this connection and request forever (issue 10, slow clients).
+    let within = req
+        .app_data::<actix_web::web::Data<crate::state::AppState>>()
+        .map(|s| s.config.client_timeout_seconds)
+        .unwrap_or(10);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(within);
     let mut body = Vec::new();
-    while let Some(chunk) = payload.next().await {
+    loop {
+        let Ok(next) = tokio::time::timeout_at(deadline, payload.next()).await else {
+            return Err(ApiError::new(
+                actix_web::http::StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "The request body did not arrive in time.",
+            ));
+        };
+        let Some(chunk) = next else {
+            break;
+        };
         let chunk = chunk.map_err(|e| match e {
             actix_web::error::PayloadError::Overflow => ApiError::payload_too_large(),
             _ => ApiError::invalid("unreadable_body", "The request body could not be read."),
@@ -84,6 +102,13 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
             )
         })?
     };
+    parse_value(value)
+}
+
+/// Turns a parsed JSON value into `T` exactly as a request body would be: it must be
+/// an object, unknown and missing fields and wrong types are 422 `validation_failed`,
+/// then the type's own checks run. Keeps the canonical form for fingerprints.
+pub fn parse_value<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<JsonBody<T>> {
     if !value.is_object() {
         return Err(ApiError::invalid(
             "malformed_json",
@@ -141,6 +166,23 @@ impl<T> Body<T> {
     /// The parsed body, or its 422.
     pub fn check(&self) -> ApiResult<&T> {
         self.parsed.as_ref().map_err(Clone::clone)
+    }
+}
+
+impl<T: DeserializeOwned + Validate> Body<T> {
+    /// A body that did not come over HTTP (an MCP tool's arguments): the same parsing,
+    /// validation and canonical form as a request body, its 422 kept for `check()`.
+    pub fn from_value(value: Value) -> Body<T> {
+        match parse_value(value) {
+            Ok(JsonBody { value, canonical }) => Body {
+                parsed: Ok(value),
+                canonical,
+            },
+            Err(e) => Body {
+                parsed: Err(e),
+                canonical: String::new(),
+            },
+        }
     }
 }
 

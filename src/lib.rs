@@ -15,6 +15,7 @@ pub mod feed;
 pub mod fence;
 pub mod idempotency;
 pub mod json;
+pub mod mcp;
 pub mod metrics;
 pub mod ratelimit;
 pub mod revision;
@@ -70,6 +71,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     let doc = routes::openapi();
     let known = web::Data::new(routes::KnownRoutes::from_openapi(&doc));
     let data = web::Data::new(state.clone());
+    let mcp = mcp::service(data.clone());
     let workers = state.config.workers;
     let client_timeout = Duration::from_secs(state.config.client_timeout_seconds);
     spawn_background(&state);
@@ -83,6 +85,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
             .app_data(routes::path_config())
             .app_data(routes::query_config())
             .app_data(routes::json_config())
+            .configure(|cfg| mcp::configure(cfg, &mcp))
             .service(web::redirect("/docs", "/docs/"))
             .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc.clone()))
             .default_service(web::to(routes::fallback))

@@ -244,8 +244,13 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
                 tracing::error!(error = %err, "request failed");
             }
         }
+        // A 405 keeps its `Allow` (e.g. `POST` on `/mcp`).
+        let allow = res.response().headers().get(header::ALLOW).cloned();
         let (req, _) = res.into_parts();
-        let resp = ApiError::from_status(status).to_response();
+        let mut resp = ApiError::from_status(status).to_response();
+        if let Some(allow) = allow {
+            resp.headers_mut().insert(header::ALLOW, allow);
+        }
         Ok(ErrorHandlerResponse::Response(
             ServiceResponse::new(req, resp).map_into_right_body(),
         ))

@@ -11,10 +11,10 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{page_json, verbatim, write, Reply, State};
-use crate::auth::Bearer;
-use crate::db;
+use crate::auth::{Bearer, Caller};
+use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::contributions::{self as store, Assessment, Verdict};
@@ -91,65 +91,75 @@ pub async fn create_assessment(
         key,
         &CREATE_ASSESSMENT,
         canonical,
-        move |conn, caller, gate| {
-            let head = store::peek(conn, contribution_id)?
-                .ok_or_else(|| ApiError::not_found("Contribution"))?;
-            if n < 1 || n > head.revision {
-                return Err(ApiError::not_found("Contribution revision").into());
-            }
-            orbit_store::require_member(conn, head.orbit_id, caller.id())?;
-            let value = body.check()?;
-            let evidence = value.evidence_contribution_ids.clone().unwrap_or_default();
-            if !refs::contributions_in_orbit(conn, head.orbit_id, &evidence)? {
-                return Err(ApiError::field(
-                    "evidence_contribution_ids",
-                    "every contribution must exist in this orbit",
-                )
-                .into());
-            }
-            gate.claim(conn, &[contribution_id, n])?;
-            // Under the lock, a revision cannot slip in between the check of the
-            // current revision and the counters.
-            let head = store::lock(conn, contribution_id)?;
-            let id = store::insert_assessment(
-                conn,
-                head.orbit_id,
-                contribution_id,
-                n,
-                value.verdict,
-                &value.rationale,
-                &evidence,
-                caller.id(),
-            )?;
-            let current = n == head.revision;
-            if current {
-                store::count_verdict(conn, contribution_id, value.verdict)?;
-                if let Some(problem_id) = head.problem_id {
-                    problems::count_verdict(conn, problem_id, value.verdict)?;
-                }
-            }
-            let mut out = store::assessment(conn, id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                head.orbit_id,
-                caller.id(),
-                Change {
-                    kind: "assessment.created",
-                    entity_type: "assessment",
-                    entity_id: id,
-                    task_id: None,
-                    summary: format!(
-                        "assessment {id}: {} on contribution {contribution_id} revision {n}{}",
-                        value.verdict.as_str(),
-                        if current { "" } else { " (not current)" }
-                    ),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, head.orbit_id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, contribution_id, n, &body),
     )
     .await
+}
+
+/// The assessment, inside `api::write`'s transaction (REST and MCP).
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    contribution_id: i64,
+    n: i64,
+    body: &Body<CreateAssessment>,
+) -> TxResult<Reply> {
+    let head =
+        store::peek(conn, contribution_id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+    if n < 1 || n > head.revision {
+        return Err(ApiError::not_found("Contribution revision").into());
+    }
+    orbit_store::require_member(conn, head.orbit_id, caller.id())?;
+    let value = body.check()?;
+    let evidence = value.evidence_contribution_ids.clone().unwrap_or_default();
+    if !refs::contributions_in_orbit(conn, head.orbit_id, &evidence)? {
+        return Err(ApiError::field(
+            "evidence_contribution_ids",
+            "every contribution must exist in this orbit",
+        )
+        .into());
+    }
+    gate.claim(conn, &[contribution_id, n])?;
+    // Under the lock, a revision cannot slip in between the check of the
+    // current revision and the counters.
+    let head = store::lock(conn, contribution_id)?;
+    let id = store::insert_assessment(
+        conn,
+        head.orbit_id,
+        contribution_id,
+        n,
+        value.verdict,
+        &value.rationale,
+        &evidence,
+        caller.id(),
+    )?;
+    let current = n == head.revision;
+    if current {
+        store::count_verdict(conn, contribution_id, value.verdict)?;
+        if let Some(problem_id) = head.problem_id {
+            problems::count_verdict(conn, problem_id, value.verdict)?;
+        }
+    }
+    let mut out = store::assessment(conn, id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        head.orbit_id,
+        caller.id(),
+        Change {
+            kind: "assessment.created",
+            entity_type: "assessment",
+            entity_id: id,
+            task_id: None,
+            summary: format!(
+                "assessment {id}: {} on contribution {contribution_id} revision {n}{}",
+                value.verdict.as_str(),
+                if current { "" } else { " (not current)" }
+            ),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, head.orbit_id)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

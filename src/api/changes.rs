@@ -16,6 +16,7 @@ use crate::db;
 use crate::db::schema::{changes, contributors};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::feed::ALL_ORBITS;
+use crate::state::AppState;
 use crate::store::contributors::{actor, actor_columns, ActorTuple};
 use crate::store::orbits as orbit_store;
 
@@ -139,7 +140,19 @@ pub async fn list_changes(
     path: web::Path<String>,
     query: web::Query<ChangesQuery>,
 ) -> ApiResult<HttpResponse> {
-    let q = query.into_inner();
+    let page = read_page(&state, bearer, path.into_inner(), query.into_inner()).await?;
+    let body = serde_json::to_vec(&page).map_err(|_| ApiError::internal())?;
+    Ok(json_response(actix_web::http::StatusCode::OK, body))
+}
+
+/// One page of an orbit's changes, waiting up to `wait` seconds for the next change
+/// when there is none yet (REST and MCP). `reference` is the orbit id or slug.
+pub async fn read_page(
+    state: &AppState,
+    bearer: Bearer,
+    reference: String,
+    q: ChangesQuery,
+) -> ApiResult<ChangePage> {
     let after = q.after.unwrap_or(0);
     let limit = q.limit.unwrap_or(100);
     let wait = q.wait.unwrap_or(0);
@@ -151,7 +164,6 @@ pub async fn list_changes(
     errors.range("wait", wait, 0, 30);
     errors.finish()?;
 
-    let reference = path.into_inner();
     let deadline = Instant::now() + Duration::from_secs(wait as u64);
     let mut orbit_id: Option<i64> = None;
     let mut bearer = Some(bearer);
@@ -178,15 +190,13 @@ pub async fn list_changes(
         let remaining = deadline.saturating_duration_since(Instant::now());
         if !rows.is_empty() || remaining.is_zero() {
             let next_after = rows.last().map(|c| c.revision).unwrap_or(after);
-            let page = ChangePage {
+            return Ok(ChangePage {
                 data: rows,
                 meta: ChangesMeta {
                     next_after,
                     orbit_revision,
                 },
-            };
-            let body = serde_json::to_vec(&page).map_err(|_| ApiError::internal())?;
-            return Ok(json_response(actix_web::http::StatusCode::OK, body));
+            });
         }
         // Wait for a wake-up concerning this orbit, or the deadline.
         let woke = tokio::time::timeout(remaining, async {

@@ -9,11 +9,11 @@ use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::task_member;
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
-use crate::auth::Bearer;
-use crate::db;
+use crate::auth::{Bearer, Caller};
+use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
-use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{canonical_json, Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::refs;
@@ -88,65 +88,79 @@ pub async fn create_checkpoint(
     let task_id = path.into_inner();
     let canonical = body.canonical.clone();
     // Hashed once, outside the transaction (which may be retried).
-    let hashed = body.check().ok().map(|v| {
-        let c = canonical_json(&v.state);
-        let h = hex::encode(Sha256::digest(c.as_bytes()));
-        (c, h)
-    });
+    let hashed = state_hash(&body);
     write(
         &state,
         bearer,
         key,
         &CREATE_CHECKPOINT,
         canonical,
-        move |conn, caller, gate| {
-            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
-            let value = body.check()?;
-            let (state_canonical, state_hash) = hashed.as_ref().ok_or(ApiError::internal())?;
-            let artifact_ids = value.artifact_ids.clone().unwrap_or_default();
-            if !refs::artifacts_in_orbit(conn, orbit_id, &artifact_ids)? {
-                return Err(ApiError::field(
-                    "artifact_ids",
-                    "every artifact must exist in this orbit",
-                )
-                .into());
-            }
-            gate.claim(conn, &[task_id])?;
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
-            let id = store::insert_checkpoint(
-                conn,
-                task_id,
-                orbit_id,
-                held.lease_version,
-                caller.id(),
-                &value.summary,
-                state_canonical,
-                state_hash,
-                &artifact_ids,
-                task.now,
-            )?;
-            let mut checkpoint = store::checkpoint(conn, id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "checkpoint.created",
-                    entity_type: "checkpoint",
-                    entity_id: id,
-                    task_id: Some(task_id),
-                    summary: format!(
-                        "checkpoint {} of task {task_id} under lease v{}",
-                        checkpoint.sequence, held.lease_version
-                    ),
-                },
-            )?;
-            checkpoint.orbit_revision = Some(rev);
-            Reply::created(&checkpoint, orbit_id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, task_id, &body, &hashed),
     )
     .await
+}
+
+/// The canonical form of a valid body's `state` and its SHA-256 (hex).
+pub fn state_hash(body: &Body<CreateCheckpoint>) -> Option<(String, String)> {
+    body.check().ok().map(|v| {
+        let c = canonical_json(&v.state);
+        let h = hex::encode(Sha256::digest(c.as_bytes()));
+        (c, h)
+    })
+}
+
+/// Checkpoint creation, inside `api::write`'s transaction (REST and MCP). `hashed` is
+/// `state_hash(body)`, computed once outside the (retried) transaction.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    task_id: i64,
+    body: &Body<CreateCheckpoint>,
+    hashed: &Option<(String, String)>,
+) -> TxResult<Reply> {
+    let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+    let value = body.check()?;
+    let (state_canonical, state_hash) = hashed.as_ref().ok_or(ApiError::internal())?;
+    let artifact_ids = value.artifact_ids.clone().unwrap_or_default();
+    if !refs::artifacts_in_orbit(conn, orbit_id, &artifact_ids)? {
+        return Err(
+            ApiError::field("artifact_ids", "every artifact must exist in this orbit").into(),
+        );
+    }
+    gate.claim(conn, &[task_id])?;
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
+    let id = store::insert_checkpoint(
+        conn,
+        task_id,
+        orbit_id,
+        held.lease_version,
+        caller.id(),
+        &value.summary,
+        state_canonical,
+        state_hash,
+        &artifact_ids,
+        task.now,
+    )?;
+    let mut checkpoint = store::checkpoint(conn, id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "checkpoint.created",
+            entity_type: "checkpoint",
+            entity_id: id,
+            task_id: Some(task_id),
+            summary: format!(
+                "checkpoint {} of task {task_id} under lease v{}",
+                checkpoint.sequence, held.lease_version
+            ),
+        },
+    )?;
+    checkpoint.orbit_revision = Some(rev);
+    Reply::created(&checkpoint, orbit_id)
 }
 
 /// A task's checkpoints, ascending.

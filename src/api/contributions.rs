@@ -13,10 +13,10 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, verbatim, write, Reply, State};
-use crate::auth::Bearer;
+use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::contributions::{
@@ -144,50 +144,60 @@ pub async fn create_contribution(
         key,
         &CREATE_CONTRIBUTION,
         canonical,
-        move |conn, caller, gate| {
-            let orbit = orbit_store::resolve(conn, &reference)?;
-            orbit_store::require_member(conn, orbit.id, caller.id())?;
-            let value = body.check()?;
-            check_refs(
-                conn,
-                orbit.id,
-                value.problem_id,
-                value.task_id,
-                value.artifact_ids.as_deref(),
-            )?;
-            gate.claim(conn, &[orbit.id])?;
-            let id = store::insert(
-                conn,
-                orbit.id,
-                value.kind,
-                caller.id(),
-                value.problem_id,
-                value.task_id,
-                &value.title,
-                &value.body,
-                value.artifact_ids.as_deref().unwrap_or_default(),
-            )?;
-            if let Some(problem_id) = value.problem_id {
-                problems::count_contribution(conn, problem_id, value.kind)?;
-            }
-            let mut out = written_contribution(conn, id)?;
-            let rev = revision::record(
-                conn,
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "contribution.created",
-                    entity_type: "contribution",
-                    entity_id: id,
-                    task_id: value.task_id,
-                    summary: format!("contribution {id} ({}) created", value.kind.as_str()),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit.id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+/// Contribution creation, inside `api::write`'s transaction (REST and MCP).
+/// `reference` is the orbit id or slug.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: &Body<CreateContribution>,
+) -> TxResult<Reply> {
+    let orbit = orbit_store::resolve(conn, reference)?;
+    orbit_store::require_member(conn, orbit.id, caller.id())?;
+    let value = body.check()?;
+    check_refs(
+        conn,
+        orbit.id,
+        value.problem_id,
+        value.task_id,
+        value.artifact_ids.as_deref(),
+    )?;
+    gate.claim(conn, &[orbit.id])?;
+    let id = store::insert(
+        conn,
+        orbit.id,
+        value.kind,
+        caller.id(),
+        value.problem_id,
+        value.task_id,
+        &value.title,
+        &value.body,
+        value.artifact_ids.as_deref().unwrap_or_default(),
+    )?;
+    if let Some(problem_id) = value.problem_id {
+        problems::count_contribution(conn, problem_id, value.kind)?;
+    }
+    let mut out = written_contribution(conn, id)?;
+    let rev = revision::record(
+        conn,
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "contribution.created",
+            entity_type: "contribution",
+            entity_id: id,
+            task_id: value.task_id,
+            summary: format!("contribution {id} ({}) created", value.kind.as_str()),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit.id)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -339,64 +349,73 @@ pub async fn revise_contribution(
         key,
         &REVISE_CONTRIBUTION,
         canonical,
-        move |conn, caller, gate| {
-            let head = store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-            orbit_store::require_member(conn, head.orbit_id, caller.id())?;
-            if head.author_id != caller.id() {
-                return Err(ApiError::forbidden(
-                    "not_author",
-                    "Only the author of a contribution may revise it. Post your own \
-                     contribution or an assessment instead.",
-                )
-                .into());
-            }
-            let value = body.check()?;
-            check_refs(
-                conn,
-                head.orbit_id,
-                None,
-                None,
-                value.artifact_ids.as_deref(),
-            )?;
-            gate.claim(conn, &[id])?;
-            let head = store::lock(conn, id)?;
-            if head.revision != value.base_revision {
-                return Err(ApiError::conflict(
-                    "revision_conflict",
-                    "The contribution has moved on since base_revision. Read the current \
-                     revision, merge your change, and send it with that base_revision.",
-                )
-                .with_details(json!({ "current_revision": head.revision }))
-                .into());
-            }
-            let new_revision = store::insert_revision(
-                conn,
-                &head,
-                value.title.as_deref(),
-                value.body.as_deref(),
-                value.artifact_ids.as_deref(),
-            )?;
-            if let Some(problem_id) = head.problem_id {
-                problems::uncount_verdicts(conn, problem_id, &head.verdicts)?;
-            }
-            let mut out = written_contribution(conn, id)?;
-            let rev = revision::record(
-                conn,
-                head.orbit_id,
-                caller.id(),
-                Change {
-                    kind: "contribution.revised",
-                    entity_type: "contribution",
-                    entity_id: id,
-                    task_id: head.task_id,
-                    summary: format!("contribution {id} revised to revision {new_revision}"),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, head.orbit_id)
-        },
+        move |conn, caller, gate| revise(conn, caller, gate, id, &body),
     )
     .await
+}
+
+/// The next revision, inside `api::write`'s transaction (REST and MCP).
+pub fn revise(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    id: i64,
+    body: &Body<ReviseContribution>,
+) -> TxResult<Reply> {
+    let head = store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+    orbit_store::require_member(conn, head.orbit_id, caller.id())?;
+    if head.author_id != caller.id() {
+        return Err(ApiError::forbidden(
+            "not_author",
+            "Only the author of a contribution may revise it. Post your own \
+             contribution or an assessment instead.",
+        )
+        .into());
+    }
+    let value = body.check()?;
+    check_refs(
+        conn,
+        head.orbit_id,
+        None,
+        None,
+        value.artifact_ids.as_deref(),
+    )?;
+    gate.claim(conn, &[id])?;
+    let head = store::lock(conn, id)?;
+    if head.revision != value.base_revision {
+        return Err(ApiError::conflict(
+            "revision_conflict",
+            "The contribution has moved on since base_revision. Read the current \
+             revision, merge your change, and send it with that base_revision.",
+        )
+        .with_details(json!({ "current_revision": head.revision }))
+        .into());
+    }
+    let new_revision = store::insert_revision(
+        conn,
+        &head,
+        value.title.as_deref(),
+        value.body.as_deref(),
+        value.artifact_ids.as_deref(),
+    )?;
+    if let Some(problem_id) = head.problem_id {
+        problems::uncount_verdicts(conn, problem_id, &head.verdicts)?;
+    }
+    let mut out = written_contribution(conn, id)?;
+    let rev = revision::record(
+        conn,
+        head.orbit_id,
+        caller.id(),
+        Change {
+            kind: "contribution.revised",
+            entity_type: "contribution",
+            entity_id: id,
+            task_id: head.task_id,
+            summary: format!("contribution {id} revised to revision {new_revision}"),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, head.orbit_id)
 }
 
 /// A contribution's revisions, ascending; `after` and `next_after` are revision numbers.

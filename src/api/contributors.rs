@@ -9,8 +9,8 @@ use crate::api::responses::WriteErrors;
 use crate::api::types::{page, ContributorActor, ContributorType, PageParams};
 use crate::api::{json_response, ok_json, page_json, State};
 use crate::auth::token::{self, TokenKind};
-use crate::auth::Bearer;
-use crate::db;
+use crate::auth::{Bearer, Caller};
+use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::json::{Body, Validate};
 use crate::store::contributors::{self as store, MembershipSummary, TokenInfo};
@@ -179,14 +179,19 @@ pub async fn me(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
     let tokens = state.tokens.clone();
     let me = db::read(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
-        let memberships = store::memberships_of(conn, caller.id())?;
-        Ok(Me {
-            contributor: caller.actor,
-            memberships,
-        })
+        me_of(conn, caller)
     })
     .await?;
     ok_json(&me)
+}
+
+/// The caller and its memberships (REST and MCP).
+pub fn me_of(conn: &mut diesel::PgConnection, caller: Caller) -> TxResult<Me> {
+    let memberships = store::memberships_of(conn, caller.id())?;
+    Ok(Me {
+        contributor: caller.actor,
+        memberships,
+    })
 }
 
 #[derive(Serialize, ToSchema)]

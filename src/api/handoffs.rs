@@ -14,11 +14,11 @@ use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::{task_closed, task_member};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
-use crate::auth::Bearer;
+use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
-use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
@@ -110,75 +110,86 @@ pub async fn offer_handoff(
         key,
         &OFFER_HANDOFF,
         canonical,
-        move |conn, caller, gate| {
-            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
-            let value = body.check()?;
-            let expires_in = value.expires_in_seconds.unwrap_or(3600);
-            let mut errors = FieldErrors::default();
-            if expires_in < min || expires_in > 86400 {
-                errors.add(
-                    "expires_in_seconds",
-                    format!("must be between {min} and 86400"),
-                );
-            }
-            if !store::checkpoint_of_task(conn, value.checkpoint_id, task_id)? {
-                errors.add("checkpoint_id", "must be a checkpoint of this task");
-            }
-            if let Some(to) = value.to_contributor_id {
-                if to == caller.id() {
-                    errors.add("to_contributor_id", "must be another member, not yourself");
-                } else if orbit_store::role_of(conn, orbit_id, to)?.is_none() {
-                    errors.add("to_contributor_id", "must be a member of this orbit");
-                }
-            }
-            errors.finish()?;
-            gate.claim(conn, &[task_id])?;
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            let held = fence::check(
-                conn,
-                &task,
-                caller.id(),
-                value.lease_version,
-                Guard::ReleaseOrOffer,
-            )?;
-            let superseded = store::supersede_pending(conn, task_id, task.now)?;
-            let id = store::insert(
-                conn,
-                orbit_id,
-                task_id,
-                value.checkpoint_id,
-                held.lease_version,
-                &value.message,
-                caller.id(),
-                value.to_contributor_id,
-                task.now,
-                expires_in,
-            )?;
-            let mut summary = match value.to_contributor_id {
-                Some(to) => format!("handoff {id} of task {task_id} offered to contributor {to}"),
-                None => format!("open handoff {id} of task {task_id} offered"),
-            };
-            for h in superseded {
-                summary.push_str(&format!("; handoff {h} superseded"));
-            }
-            let rev = revision::record(
-                conn,
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "handoff.offered",
-                    entity_type: "handoff",
-                    entity_id: id,
-                    task_id: Some(task_id),
-                    summary,
-                },
-            )?;
-            let mut out = written_handoff(conn, id, None)?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit_id)
-        },
+        move |conn, caller, gate| offer(conn, caller, gate, min, task_id, &body),
     )
     .await
+}
+
+/// The offer, inside `api::write`'s transaction (REST and MCP). `min` is the
+/// smallest `expires_in_seconds` (`leases::min_duration`).
+pub fn offer(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    min: i64,
+    task_id: i64,
+    body: &Body<OfferHandoff>,
+) -> TxResult<Reply> {
+    let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+    let value = body.check()?;
+    let expires_in = value.expires_in_seconds.unwrap_or(3600);
+    let mut errors = FieldErrors::default();
+    if expires_in < min || expires_in > 86400 {
+        errors.add(
+            "expires_in_seconds",
+            format!("must be between {min} and 86400"),
+        );
+    }
+    if !store::checkpoint_of_task(conn, value.checkpoint_id, task_id)? {
+        errors.add("checkpoint_id", "must be a checkpoint of this task");
+    }
+    if let Some(to) = value.to_contributor_id {
+        if to == caller.id() {
+            errors.add("to_contributor_id", "must be another member, not yourself");
+        } else if orbit_store::role_of(conn, orbit_id, to)?.is_none() {
+            errors.add("to_contributor_id", "must be a member of this orbit");
+        }
+    }
+    errors.finish()?;
+    gate.claim(conn, &[task_id])?;
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    let held = fence::check(
+        conn,
+        &task,
+        caller.id(),
+        value.lease_version,
+        Guard::ReleaseOrOffer,
+    )?;
+    let superseded = store::supersede_pending(conn, task_id, task.now)?;
+    let id = store::insert(
+        conn,
+        orbit_id,
+        task_id,
+        value.checkpoint_id,
+        held.lease_version,
+        &value.message,
+        caller.id(),
+        value.to_contributor_id,
+        task.now,
+        expires_in,
+    )?;
+    let mut summary = match value.to_contributor_id {
+        Some(to) => format!("handoff {id} of task {task_id} offered to contributor {to}"),
+        None => format!("open handoff {id} of task {task_id} offered"),
+    };
+    for h in superseded {
+        summary.push_str(&format!("; handoff {h} superseded"));
+    }
+    let rev = revision::record(
+        conn,
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "handoff.offered",
+            entity_type: "handoff",
+            entity_id: id,
+            task_id: Some(task_id),
+            summary,
+        },
+    )?;
+    let mut out = written_handoff(conn, id, None)?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit_id)
 }
 
 /// Body of an accept: all optional, no other fields.
@@ -280,98 +291,108 @@ pub async fn accept_handoff(
         key,
         &ACCEPT_HANDOFF,
         canonical,
-        move |conn, caller, gate| {
-            let h = handoff_member(conn, handoff_id, caller.id())?;
-            if h.from_contributor == caller.id() {
-                return Err(ApiError::forbidden(
-                    "own_handoff",
-                    "You cannot accept your own handoff; withdraw it instead.",
-                )
-                .into());
-            }
-            if h.to_contributor.is_some_and(|to| to != caller.id()) {
-                return Err(ApiError::forbidden(
-                    "not_recipient",
-                    "This handoff is offered to another contributor.",
-                )
-                .into());
-            }
-            let seconds = duration(&state2, body.check()?.duration_seconds)?;
-            gate.claim(conn, &[handoff_id])?;
-            let task = fence::lock(conn, h.task_id, LockMode::Update)?;
-            let h = store::lock(conn, handoff_id)?;
-            still_pending(&h, task.now)?;
-            if !task.is_open() {
-                return Err(task_closed(&task.status).into());
-            }
-            let mut summary = format!("handoff {handoff_id} accepted");
-            if let Some(open) = &task.open_lease {
-                if open.expires_at > task.now {
-                    if open.contributor_id != h.from_contributor {
-                        return Err(lease_conflict(&open.expires_at).into());
-                    }
-                    task_store::end_lease(conn, open.id, task.now, "HANDED_OFF")?;
-                    summary.push_str(&format!(
-                        "; giver's lease v{} ended (HANDED_OFF)",
-                        open.lease_version
-                    ));
-                } else {
-                    task_store::end_lease(conn, open.id, task.now, "EXPIRED")?;
-                    summary.push_str(&format!(
-                        "; giver's lease v{} had expired",
-                        open.lease_version
-                    ));
-                }
-            }
-            let version = task.lease_version + 1;
-            let lease_id = task_store::insert_lease(
-                conn,
-                h.task_id,
-                h.orbit_id,
-                caller.id(),
-                version,
-                task.now,
-                seconds,
-            )?;
-            store::finish(
-                conn,
-                handoff_id,
-                HandoffStatus::Accepted,
-                task.now,
-                Some(caller.id()),
-                Some(lease_id),
-                None,
-            )?;
-            summary.push_str(&format!(
-                "; lease v{version} issued to contributor {}",
-                caller.id()
-            ));
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
-            let handoff = written_handoff(conn, handoff_id, None)?;
-            let lease = task_store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                h.orbit_id,
-                caller.id(),
-                Change {
-                    kind: "handoff.accepted",
-                    entity_type: "handoff",
-                    entity_id: handoff_id,
-                    task_id: Some(h.task_id),
-                    summary,
-                },
-            )?;
-            let accepted = AcceptedHandoff {
-                handoff,
-                lease,
-                task_id: h.task_id,
-                orbit_revision: rev,
-            };
-            Reply::ok(&accepted, h.orbit_id)
-        },
+        move |conn, caller, gate| accept(conn, caller, gate, &state2, handoff_id, &body),
     )
     .await
+}
+
+/// The accept, inside `api::write`'s transaction (REST and MCP).
+pub fn accept(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    state: &State,
+    handoff_id: i64,
+    body: &Body<AcceptHandoff>,
+) -> TxResult<Reply> {
+    let h = handoff_member(conn, handoff_id, caller.id())?;
+    if h.from_contributor == caller.id() {
+        return Err(ApiError::forbidden(
+            "own_handoff",
+            "You cannot accept your own handoff; withdraw it instead.",
+        )
+        .into());
+    }
+    if h.to_contributor.is_some_and(|to| to != caller.id()) {
+        return Err(ApiError::forbidden(
+            "not_recipient",
+            "This handoff is offered to another contributor.",
+        )
+        .into());
+    }
+    let seconds = duration(state, body.check()?.duration_seconds)?;
+    gate.claim(conn, &[handoff_id])?;
+    let task = fence::lock(conn, h.task_id, LockMode::Update)?;
+    let h = store::lock(conn, handoff_id)?;
+    still_pending(&h, task.now)?;
+    if !task.is_open() {
+        return Err(task_closed(&task.status).into());
+    }
+    let mut summary = format!("handoff {handoff_id} accepted");
+    if let Some(open) = &task.open_lease {
+        if open.expires_at > task.now {
+            if open.contributor_id != h.from_contributor {
+                return Err(lease_conflict(&open.expires_at).into());
+            }
+            task_store::end_lease(conn, open.id, task.now, "HANDED_OFF")?;
+            summary.push_str(&format!(
+                "; giver's lease v{} ended (HANDED_OFF)",
+                open.lease_version
+            ));
+        } else {
+            task_store::end_lease(conn, open.id, task.now, "EXPIRED")?;
+            summary.push_str(&format!(
+                "; giver's lease v{} had expired",
+                open.lease_version
+            ));
+        }
+    }
+    let version = task.lease_version + 1;
+    let lease_id = task_store::insert_lease(
+        conn,
+        h.task_id,
+        h.orbit_id,
+        caller.id(),
+        version,
+        task.now,
+        seconds,
+    )?;
+    store::finish(
+        conn,
+        handoff_id,
+        HandoffStatus::Accepted,
+        task.now,
+        Some(caller.id()),
+        Some(lease_id),
+        None,
+    )?;
+    summary.push_str(&format!(
+        "; lease v{version} issued to contributor {}",
+        caller.id()
+    ));
+    // Read back before the revision: the orbit lock is then held only for
+    // the last statements before commit.
+    let handoff = written_handoff(conn, handoff_id, None)?;
+    let lease = task_store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        h.orbit_id,
+        caller.id(),
+        Change {
+            kind: "handoff.accepted",
+            entity_type: "handoff",
+            entity_id: handoff_id,
+            task_id: Some(h.task_id),
+            summary,
+        },
+    )?;
+    let accepted = AcceptedHandoff {
+        handoff,
+        lease,
+        task_id: h.task_id,
+        orbit_revision: rev,
+    };
+    Reply::ok(&accepted, h.orbit_id)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -449,27 +470,36 @@ pub async fn decline_handoff(
         key,
         &DECLINE_HANDOFF,
         canonical,
-        move |conn, caller, gate| {
-            let h = handoff_member(conn, handoff_id, caller.id())?;
-            if h.to_contributor != Some(caller.id()) {
-                return Err(ApiError::forbidden(
-                    "not_recipient",
-                    "Only the named recipient of a targeted handoff may decline it.",
-                )
-                .into());
-            }
-            let value = body.check()?;
-            gate.claim(conn, &[handoff_id])?;
-            end_pending(
-                conn,
-                handoff_id,
-                caller.id(),
-                HandoffStatus::Declined,
-                value.reason.as_deref(),
-            )
-        },
+        move |conn, caller, gate| decline(conn, caller, gate, handoff_id, &body),
     )
     .await
+}
+
+/// The decline, inside `api::write`'s transaction (REST and MCP).
+pub fn decline(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    handoff_id: i64,
+    body: &Body<DeclineHandoff>,
+) -> TxResult<Reply> {
+    let h = handoff_member(conn, handoff_id, caller.id())?;
+    if h.to_contributor != Some(caller.id()) {
+        return Err(ApiError::forbidden(
+            "not_recipient",
+            "Only the named recipient of a targeted handoff may decline it.",
+        )
+        .into());
+    }
+    let value = body.check()?;
+    gate.claim(conn, &[handoff_id])?;
+    end_pending(
+        conn,
+        handoff_id,
+        caller.id(),
+        HandoffStatus::Declined,
+        value.reason.as_deref(),
+    )
 }
 
 pub static WITHDRAW_HANDOFF: Operation =
@@ -497,27 +527,36 @@ pub async fn withdraw_handoff(
         key,
         &WITHDRAW_HANDOFF,
         body.canonical.clone(),
-        move |conn, caller, gate| {
-            let h = handoff_member(conn, handoff_id, caller.id())?;
-            if h.from_contributor != caller.id() {
-                return Err(ApiError::forbidden(
-                    "not_giver",
-                    "Only the contributor who offered a handoff may withdraw it.",
-                )
-                .into());
-            }
-            body.check()?;
-            gate.claim(conn, &[handoff_id])?;
-            end_pending(
-                conn,
-                handoff_id,
-                caller.id(),
-                HandoffStatus::Withdrawn,
-                None,
-            )
-        },
+        move |conn, caller, gate| withdraw(conn, caller, gate, handoff_id, &body),
     )
     .await
+}
+
+/// The withdrawal, inside `api::write`'s transaction (REST and MCP).
+pub fn withdraw(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    handoff_id: i64,
+    body: &Body<crate::api::orbits::Empty>,
+) -> TxResult<Reply> {
+    let h = handoff_member(conn, handoff_id, caller.id())?;
+    if h.from_contributor != caller.id() {
+        return Err(ApiError::forbidden(
+            "not_giver",
+            "Only the contributor who offered a handoff may withdraw it.",
+        )
+        .into());
+    }
+    body.check()?;
+    gate.claim(conn, &[handoff_id])?;
+    end_pending(
+        conn,
+        handoff_id,
+        caller.id(),
+        HandoffStatus::Withdrawn,
+        None,
+    )
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema, Default, PartialEq, Eq)]

@@ -10,11 +10,11 @@ use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::{task_closed, task_member};
 use crate::api::types::{page, ts, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
-use crate::auth::Bearer;
+use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
-use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::handoffs;
@@ -101,66 +101,76 @@ pub async fn acquire_lease(
         key,
         &ACQUIRE_LEASE,
         canonical,
-        move |conn, caller, gate| {
-            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
-            let seconds = duration(&state2, body.check()?.duration_seconds)?;
-            gate.claim(conn, &[task_id])?;
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            if !task.is_open() {
-                return Err(task_closed(&task.status).into());
-            }
-            if let Some(h) = handoffs::pending_from(conn, task_id, caller.id(), task.now)? {
-                return Err(fence::handed_off(h.id, h.to_contributor).into());
-            }
-            let mut summary = String::new();
-            if let Some(open) = &task.open_lease {
-                if open.expires_at > task.now {
-                    if open.contributor_id == caller.id() {
-                        return Err(ApiError::conflict(
-                            "lease_already_held",
-                            "You already hold the active lease on this task: renew it instead.",
-                        )
-                        .with_details(json!({ "lease_id": open.id }))
-                        .into());
-                    }
-                    return Err(lease_conflict(&open.expires_at).into());
-                }
-                store::end_lease(conn, open.id, task.now, "EXPIRED")?;
-                summary.push_str(&format!("; lease v{} expired", open.lease_version));
-            }
-            for h in handoffs::supersede_pending(conn, task_id, task.now)? {
-                summary.push_str(&format!("; handoff {h} superseded"));
-            }
-            let version = task.lease_version + 1;
-            let lease_id = store::insert_lease(
-                conn,
-                task_id,
-                orbit_id,
-                caller.id(),
-                version,
-                task.now,
-                seconds,
-            )?;
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
-            let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "lease.acquired",
-                    entity_type: "lease",
-                    entity_id: lease_id,
-                    task_id: Some(task_id),
-                    summary: format!("lease v{version} acquired on task {task_id}{summary}"),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit_id)
-        },
+        move |conn, caller, gate| acquire(conn, caller, gate, &state2, task_id, &body),
     )
     .await
+}
+
+/// The acquire, inside `api::write`'s transaction (REST and MCP).
+pub fn acquire(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    state: &State,
+    task_id: i64,
+    body: &Body<AcquireLease>,
+) -> TxResult<Reply> {
+    let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+    let seconds = duration(state, body.check()?.duration_seconds)?;
+    gate.claim(conn, &[task_id])?;
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    if !task.is_open() {
+        return Err(task_closed(&task.status).into());
+    }
+    if let Some(h) = handoffs::pending_from(conn, task_id, caller.id(), task.now)? {
+        return Err(fence::handed_off(h.id, h.to_contributor).into());
+    }
+    let mut summary = String::new();
+    if let Some(open) = &task.open_lease {
+        if open.expires_at > task.now {
+            if open.contributor_id == caller.id() {
+                return Err(ApiError::conflict(
+                    "lease_already_held",
+                    "You already hold the active lease on this task: renew it instead.",
+                )
+                .with_details(json!({ "lease_id": open.id }))
+                .into());
+            }
+            return Err(lease_conflict(&open.expires_at).into());
+        }
+        store::end_lease(conn, open.id, task.now, "EXPIRED")?;
+        summary.push_str(&format!("; lease v{} expired", open.lease_version));
+    }
+    for h in handoffs::supersede_pending(conn, task_id, task.now)? {
+        summary.push_str(&format!("; handoff {h} superseded"));
+    }
+    let version = task.lease_version + 1;
+    let lease_id = store::insert_lease(
+        conn,
+        task_id,
+        orbit_id,
+        caller.id(),
+        version,
+        task.now,
+        seconds,
+    )?;
+    // Read back before the revision: the orbit lock is then held only for
+    // the last statements before commit.
+    let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "lease.acquired",
+            entity_type: "lease",
+            entity_id: lease_id,
+            task_id: Some(task_id),
+            summary: format!("lease v{version} acquired on task {task_id}{summary}"),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit_id)
 }
 
 pub fn lease_conflict(expires_at: &DateTime<Utc>) -> ApiError {
@@ -294,37 +304,47 @@ pub async fn renew_lease(
         key,
         &RENEW_LEASE,
         canonical,
-        move |conn, caller, gate| {
-            let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
-            let value = body.check()?;
-            let seconds = duration(&state2, value.duration_seconds)?;
-            gate.claim(conn, &[lease_id])?;
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            if path_version != value.lease_version {
-                return Err(fence::stale(&task).into());
-            }
-            let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
-            store::renew_lease(conn, held.lease_id, task.now, seconds)?;
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
-            let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "lease.renewed",
-                    entity_type: "lease",
-                    entity_id: lease_id,
-                    task_id: Some(task_id),
-                    summary: format!("lease v{} renewed for {seconds} s", held.lease_version),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::ok(&out, orbit_id)
-        },
+        move |conn, caller, gate| renew(conn, caller, gate, &state2, lease_id, &body),
     )
     .await
+}
+
+/// The renewal, inside `api::write`'s transaction (REST and MCP).
+pub fn renew(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    state: &State,
+    lease_id: i64,
+    body: &Body<RenewLease>,
+) -> TxResult<Reply> {
+    let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
+    let value = body.check()?;
+    let seconds = duration(state, value.duration_seconds)?;
+    gate.claim(conn, &[lease_id])?;
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    if path_version != value.lease_version {
+        return Err(fence::stale(&task).into());
+    }
+    let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
+    store::renew_lease(conn, held.lease_id, task.now, seconds)?;
+    // Read back before the revision: the orbit lock is then held only for
+    // the last statements before commit.
+    let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "lease.renewed",
+            entity_type: "lease",
+            entity_id: lease_id,
+            task_id: Some(task_id),
+            summary: format!("lease v{} renewed for {seconds} s", held.lease_version),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::ok(&out, orbit_id)
 }
 
 pub static RELEASE_LEASE: Operation = Operation::required("POST", "/api/v1/leases/{lease}/release");
@@ -353,42 +373,51 @@ pub async fn release_lease(
         key,
         &RELEASE_LEASE,
         canonical,
-        move |conn, caller, gate| {
-            let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
-            let value = body.check()?;
-            gate.claim(conn, &[lease_id])?;
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            if path_version != value.lease_version {
-                return Err(fence::stale(&task).into());
-            }
-            let held = fence::check(
-                conn,
-                &task,
-                caller.id(),
-                value.lease_version,
-                Guard::ReleaseOrOffer,
-            )?;
-            store::end_lease(conn, held.lease_id, task.now, "RELEASED")?;
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
-            let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "lease.released",
-                    entity_type: "lease",
-                    entity_id: lease_id,
-                    task_id: Some(task_id),
-                    summary: format!("lease v{} released", held.lease_version),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::ok(&out, orbit_id)
-        },
+        move |conn, caller, gate| release(conn, caller, gate, lease_id, &body),
     )
     .await
+}
+
+/// The release, inside `api::write`'s transaction (REST and MCP).
+pub fn release(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    lease_id: i64,
+    body: &Body<LeaseVersionBody>,
+) -> TxResult<Reply> {
+    let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
+    let value = body.check()?;
+    gate.claim(conn, &[lease_id])?;
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    if path_version != value.lease_version {
+        return Err(fence::stale(&task).into());
+    }
+    let held = fence::check(
+        conn,
+        &task,
+        caller.id(),
+        value.lease_version,
+        Guard::ReleaseOrOffer,
+    )?;
+    store::end_lease(conn, held.lease_id, task.now, "RELEASED")?;
+    // Read back before the revision: the orbit lock is then held only for
+    // the last statements before commit.
+    let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "lease.released",
+            entity_type: "lease",
+            entity_id: lease_id,
+            task_id: Some(task_id),
+            summary: format!("lease v{} released", held.lease_version),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::ok(&out, orbit_id)
 }
 
 /// `PROCEED`: the caller's lease is the task's current active lease.
@@ -430,16 +459,26 @@ pub async fn check_fence(
     let tokens = state.tokens.clone();
     let verdict = db::transact(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
-        task_member(conn, task_id, caller.id())?;
-        let version = body.check()?.lease_version;
-        let task = fence::lock(conn, task_id, LockMode::Share)?;
-        let held = fence::check(conn, &task, caller.id(), version, Guard::Work)?;
-        Ok(FenceVerdict {
-            verdict: "PROCEED".into(),
-            lease_id: held.lease_id,
-            expires_at: held.expires_at,
-        })
+        fence_verdict(conn, &caller, task_id, &body)
     })
     .await?;
     ok_json(&verdict)
+}
+
+/// The fence check after authentication, in its own transaction (REST and MCP).
+pub fn fence_verdict(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    task_id: i64,
+    body: &Body<LeaseVersionBody>,
+) -> TxResult<FenceVerdict> {
+    task_member(conn, task_id, caller.id())?;
+    let version = body.check()?.lease_version;
+    let task = fence::lock(conn, task_id, LockMode::Share)?;
+    let held = fence::check(conn, &task, caller.id(), version, Guard::Work)?;
+    Ok(FenceVerdict {
+        verdict: "PROCEED".into(),
+        lease_id: held.lease_id,
+        expires_at: held.expires_at,
+    })
 }

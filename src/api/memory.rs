@@ -7,10 +7,10 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{page_json, verbatim, write, Reply, State};
-use crate::auth::Bearer;
-use crate::db;
+use crate::auth::{Bearer, Caller};
+use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::idempotency::{IdemHeader, Operation};
+use crate::idempotency::{Gate, IdemHeader, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::memory::{self as store, MemoryRecord};
@@ -92,37 +92,47 @@ pub async fn create_memory_record(
         key,
         &CREATE_MEMORY_RECORD,
         canonical,
-        move |conn, caller, gate| {
-            let orbit = orbit_store::resolve(conn, &reference)?;
-            orbit_store::require_member(conn, orbit.id, caller.id())?;
-            let value = body.check()?;
-            // A no-op for an ignored key; kept so every write reads the same way.
-            gate.claim(conn, &[orbit.id])?;
-            let id = store::insert(
-                conn,
-                orbit.id,
-                caller.id(),
-                &value.content,
-                value.tags.as_deref().unwrap_or_default(),
-            )?;
-            let mut out = store::record(conn, id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "memory.created",
-                    entity_type: "memory",
-                    entity_id: id,
-                    task_id: None,
-                    summary: format!("memory record {id} created"),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit.id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+/// Memory record creation, inside `api::write`'s transaction (REST and MCP).
+/// `reference` is the orbit id or slug.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: &Body<CreateMemoryRecord>,
+) -> TxResult<Reply> {
+    let orbit = orbit_store::resolve(conn, reference)?;
+    orbit_store::require_member(conn, orbit.id, caller.id())?;
+    let value = body.check()?;
+    // A no-op for an ignored key; kept so every write reads the same way.
+    gate.claim(conn, &[orbit.id])?;
+    let id = store::insert(
+        conn,
+        orbit.id,
+        caller.id(),
+        &value.content,
+        value.tags.as_deref().unwrap_or_default(),
+    )?;
+    let mut out = store::record(conn, id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "memory.created",
+            entity_type: "memory",
+            entity_id: id,
+            task_id: None,
+            summary: format!("memory record {id} created"),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit.id)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

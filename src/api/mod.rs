@@ -99,6 +99,14 @@ enum Outcome {
     Replayed(Stored),
 }
 
+/// A committed (or replayed) write: the status and exact body bytes that were
+/// stored under the key, and whether they were replayed from it.
+pub struct Written {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+    pub replayed: bool,
+}
+
 /// Runs an authenticated write as one transaction:
 /// authenticate → `work` (lookups, permission checks, `gate.claim`, effect,
 /// revision) → store the response under the key → commit.
@@ -108,8 +116,33 @@ pub async fn write<F>(
     key: IdemHeader,
     op: &'static Operation,
     body_canonical: String,
-    mut work: F,
+    work: F,
 ) -> ApiResult<HttpResponse>
+where
+    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
+{
+    let written = write_value(state, bearer, key, op, body_canonical, work).await?;
+    let mut resp = json_response(written.status, written.body);
+    if written.replayed {
+        resp.headers_mut().insert(
+            header::HeaderName::from_static(REPLAYED_HEADER),
+            HeaderValue::from_static("true"),
+        );
+    }
+    Ok(resp)
+}
+
+/// `write` without the HTTP response: the same transaction, key handling, wake-ups
+/// and metrics, for callers that are not REST handlers (the MCP tools). `key` is the
+/// idempotency key as the caller sent it, in the header's form.
+pub async fn write_value<F>(
+    state: &AppState,
+    bearer: Bearer,
+    key: IdemHeader,
+    op: &'static Operation,
+    body_canonical: String,
+    mut work: F,
+) -> ApiResult<Written>
 where
     F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
 {
@@ -145,19 +178,22 @@ where
             if let Some(orbit_id) = reply.orbit_id {
                 state.hub.notify(orbit_id);
             }
-            json_response(reply.status, reply.body)
+            Written {
+                status: reply.status,
+                body: reply.body,
+                replayed: false,
+            }
         }
         Outcome::Replayed(stored) => {
             state
                 .metrics
                 .idempotency_replays
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mut resp = json_response(stored.status, stored.body);
-            resp.headers_mut().insert(
-                header::HeaderName::from_static(REPLAYED_HEADER),
-                HeaderValue::from_static("true"),
-            );
-            resp
+            Written {
+                status: stored.status,
+                body: stored.body,
+                replayed: true,
+            }
         }
     })
 }

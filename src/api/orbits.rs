@@ -7,10 +7,10 @@ use utoipa::ToSchema;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
-use crate::auth::Bearer;
-use crate::db;
+use crate::auth::{Bearer, Caller};
+use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::idempotency::{IdemHeader, IdempotencyKeyOptional, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyOptional, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::orbits::{self as store, JoinPolicy, Member, Orbit, Role};
@@ -226,54 +226,64 @@ pub async fn join_orbit(
         IdemHeader::default(),
         &JOIN_ORBIT,
         body.canonical.clone(),
-        move |conn, caller, gate| {
-            let orbit = store::resolve(conn, &reference)?;
-            if orbit.join_policy != JoinPolicy::Open.as_str() {
-                return Err(ApiError::forbidden(
-                    "invite_only",
-                    "This orbit is INVITE only: a MAINTAINER must add you.",
-                )
-                .into());
-            }
-            if store::role_of(conn, orbit.id, caller.id())?.is_some() {
-                return Err(ApiError::conflict(
-                    "already_member",
-                    "You are already a member of this orbit.",
-                )
-                .into());
-            }
-            body.check()?;
-            gate.claim(conn, &[orbit.id])?;
-            if !store::upsert_member(conn, orbit.id, caller.id(), Role::Contributor)? {
-                return Err(ApiError::conflict(
-                    "already_member",
-                    "You are already a member of this orbit.",
-                )
-                .into());
-            }
-            let orbit_revision = revision::record(
-                conn,
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "member.added",
-                    entity_type: "member",
-                    entity_id: caller.id(),
-                    task_id: None,
-                    summary: format!("contributor {} joined as CONTRIBUTOR", caller.id()),
-                },
-            )?;
-            let member = store::member(conn, orbit.id, caller.id())?.ok_or(ApiError::internal())?;
-            Reply::created(
-                &MemberWritten {
-                    member,
-                    orbit_revision,
-                },
-                orbit.id,
-            )
-        },
+        move |conn, caller, gate| join(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+/// Joining, inside `api::write`'s transaction (REST and MCP). `reference` is the
+/// orbit id or slug.
+pub fn join(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: &Body<Empty>,
+) -> TxResult<Reply> {
+    let orbit = store::resolve(conn, reference)?;
+    if orbit.join_policy != JoinPolicy::Open.as_str() {
+        return Err(ApiError::forbidden(
+            "invite_only",
+            "This orbit is INVITE only: a MAINTAINER must add you.",
+        )
+        .into());
+    }
+    if store::role_of(conn, orbit.id, caller.id())?.is_some() {
+        return Err(ApiError::conflict(
+            "already_member",
+            "You are already a member of this orbit.",
+        )
+        .into());
+    }
+    body.check()?;
+    gate.claim(conn, &[orbit.id])?;
+    if !store::upsert_member(conn, orbit.id, caller.id(), Role::Contributor)? {
+        return Err(ApiError::conflict(
+            "already_member",
+            "You are already a member of this orbit.",
+        )
+        .into());
+    }
+    let orbit_revision = revision::record(
+        conn,
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "member.added",
+            entity_type: "member",
+            entity_id: caller.id(),
+            task_id: None,
+            summary: format!("contributor {} joined as CONTRIBUTOR", caller.id()),
+        },
+    )?;
+    let member = store::member(conn, orbit.id, caller.id())?.ok_or(ApiError::internal())?;
+    Reply::created(
+        &MemberWritten {
+            member,
+            orbit_revision,
+        },
+        orbit.id,
+    )
 }
 
 /// A body with no fields: absent, empty or `{}`.

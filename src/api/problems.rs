@@ -277,35 +277,40 @@ pub async fn problem_overview(
     let tokens = state.tokens.clone();
     let overview = db::read(&state.pool, move |conn| {
         bearer.optional(conn, &tokens)?;
-        // One snapshot: the counts, lists and revision agree with each other.
-        conn.build_transaction()
-            .read_only()
-            .repeatable_read()
-            .run::<_, TxError, _>(|conn| {
-                let problem =
-                    store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem"))?;
-                let (task_counts, contribution_counts, verdict_counts) =
-                    store::counters(conn, problem.orbit_id, id)?;
-                let latest_contributions =
-                    contribution_store::latest_of_problem(conn, id, store::LATEST)?;
-                let mut pending_handoffs = Vec::new();
-                for h in store::pending_handoff_ids(conn, problem.orbit_id, id)? {
-                    if let Some(handoff) = handoff_store::handoff(conn, h)? {
-                        pending_handoffs.push(handoff);
-                    }
-                }
-                let orbit_revision = store::orbit_revision(conn, problem.orbit_id)?;
-                Ok(ProblemOverview {
-                    problem,
-                    task_counts,
-                    contribution_counts,
-                    verdict_counts,
-                    latest_contributions,
-                    pending_handoffs,
-                    orbit_revision,
-                })
-            })
+        overview(conn, id)
     })
     .await?;
     ok_json(&overview)
+}
+
+/// A problem's overview read in one snapshot (REST and MCP).
+pub fn overview(conn: &mut diesel::PgConnection, id: i64) -> TxResult<ProblemOverview> {
+    // One snapshot: the counts, lists and revision agree with each other.
+    conn.build_transaction()
+        .read_only()
+        .repeatable_read()
+        .run::<_, TxError, _>(|conn| {
+            let problem =
+                store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem"))?;
+            let (task_counts, contribution_counts, verdict_counts) =
+                store::counters(conn, problem.orbit_id, id)?;
+            let latest_contributions =
+                contribution_store::latest_of_problem(conn, id, store::LATEST)?;
+            let mut pending_handoffs = Vec::new();
+            for h in store::pending_handoff_ids(conn, problem.orbit_id, id)? {
+                if let Some(handoff) = handoff_store::handoff(conn, h)? {
+                    pending_handoffs.push(handoff);
+                }
+            }
+            let orbit_revision = store::orbit_revision(conn, problem.orbit_id)?;
+            Ok(ProblemOverview {
+                problem,
+                task_counts,
+                contribution_counts,
+                verdict_counts,
+                latest_contributions,
+                pending_handoffs,
+                orbit_revision,
+            })
+        })
 }

@@ -7,11 +7,11 @@ use utoipa::{IntoParams, ToSchema};
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
-use crate::auth::Bearer;
+use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
-use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
 use crate::revision::{self, Change};
 use crate::store::handoffs;
@@ -91,40 +91,50 @@ pub async fn create_task(
         key,
         &CREATE_TASK,
         canonical,
-        move |conn, caller, gate| {
-            let orbit = orbit_store::resolve(conn, &reference)?;
-            orbit_store::require_member(conn, orbit.id, caller.id())?;
-            let value = body.check()?;
-            check_problem(conn, orbit.id, value.problem_id)?;
-            gate.claim(conn, &[orbit.id])?;
-            let id = store::insert_task(
-                conn,
-                orbit.id,
-                value.problem_id,
-                &value.title,
-                value.description.as_deref().unwrap_or(""),
-                caller.id(),
-            )?;
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
-            let mut out = store::task(conn, id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "task.created",
-                    entity_type: "task",
-                    entity_id: id,
-                    task_id: Some(id),
-                    summary: format!("task {id} created"),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit.id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+/// Task creation, inside `api::write`'s transaction (REST and MCP). `reference` is
+/// the orbit id or slug.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: &Body<CreateTask>,
+) -> TxResult<Reply> {
+    let orbit = orbit_store::resolve(conn, reference)?;
+    orbit_store::require_member(conn, orbit.id, caller.id())?;
+    let value = body.check()?;
+    check_problem(conn, orbit.id, value.problem_id)?;
+    gate.claim(conn, &[orbit.id])?;
+    let id = store::insert_task(
+        conn,
+        orbit.id,
+        value.problem_id,
+        &value.title,
+        value.description.as_deref().unwrap_or(""),
+        caller.id(),
+    )?;
+    // Read back before the revision: the orbit lock is then held only for
+    // the last statements before commit.
+    let mut out = store::task(conn, id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "task.created",
+            entity_type: "task",
+            entity_id: id,
+            task_id: Some(id),
+            summary: format!("task {id} created"),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit.id)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -265,59 +275,68 @@ pub async fn complete_task(
         key,
         &COMPLETE_TASK,
         canonical,
-        move |conn, caller, gate| {
-            let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
-            let value = body.check()?;
-            if let Some(cid) = value.result_contribution_id {
-                if !crate::store::refs::contribution_in_orbit(conn, orbit_id, cid)? {
-                    return Err(ApiError::field(
-                        "result_contribution_id",
-                        "no such contribution in this orbit",
-                    )
-                    .into());
-                }
-            }
-            gate.claim(conn, &[task_id])?;
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
-            let superseded = handoffs::supersede_pending(conn, task_id, task.now)?;
-            store::end_lease(conn, held.lease_id, task.now, "COMPLETED")?;
-            store::close_task(
-                conn,
-                task_id,
-                TaskStatus::Completed,
-                task.now,
-                value.summary.as_deref(),
-                value.result_contribution_id,
-                None,
-            )?;
-            let mut summary = format!(
-                "task {task_id} completed under lease v{}",
-                held.lease_version
-            );
-            for h in superseded {
-                summary.push_str(&format!("; handoff {h} superseded"));
-            }
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
-            let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "task.completed",
-                    entity_type: "task",
-                    entity_id: task_id,
-                    task_id: Some(task_id),
-                    summary,
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::ok(&out, orbit_id)
-        },
+        move |conn, caller, gate| complete(conn, caller, gate, task_id, &body),
     )
     .await
+}
+
+/// Completion, inside `api::write`'s transaction (REST and MCP).
+pub fn complete(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    task_id: i64,
+    body: &Body<CompleteTask>,
+) -> TxResult<Reply> {
+    let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+    let value = body.check()?;
+    if let Some(cid) = value.result_contribution_id {
+        if !crate::store::refs::contribution_in_orbit(conn, orbit_id, cid)? {
+            return Err(ApiError::field(
+                "result_contribution_id",
+                "no such contribution in this orbit",
+            )
+            .into());
+        }
+    }
+    gate.claim(conn, &[task_id])?;
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
+    let superseded = handoffs::supersede_pending(conn, task_id, task.now)?;
+    store::end_lease(conn, held.lease_id, task.now, "COMPLETED")?;
+    store::close_task(
+        conn,
+        task_id,
+        TaskStatus::Completed,
+        task.now,
+        value.summary.as_deref(),
+        value.result_contribution_id,
+        None,
+    )?;
+    let mut summary = format!(
+        "task {task_id} completed under lease v{}",
+        held.lease_version
+    );
+    for h in superseded {
+        summary.push_str(&format!("; handoff {h} superseded"));
+    }
+    // Read back before the revision: the orbit lock is then held only for
+    // the last statements before commit.
+    let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
+    let rev = revision::record(
+        conn,
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "task.completed",
+            entity_type: "task",
+            entity_id: task_id,
+            task_id: Some(task_id),
+            summary,
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::ok(&out, orbit_id)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -10,6 +10,7 @@ mod idempotency;
 mod knowledge;
 mod leases;
 mod matrix;
+mod mcp;
 mod members;
 mod openapi;
 mod orbits;

@@ -1,0 +1,656 @@
+//! MCP (issue 11): the agent workflow as tools at `/mcp`, spoken to by the official
+//! `rmcp` client over streamable HTTP against the spawned app.
+
+use std::borrow::Cow;
+
+use reqwest::Method;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    ProtocolVersion,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+
+use crate::harness::{Agent, TestApp};
+use crate::work::{crew, task};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// Every tool the issue names.
+const TOOLS: &[&str] = &[
+    "whoami",
+    "list_orbits",
+    "join_orbit",
+    "find_work",
+    "get_task",
+    "create_task",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "check_fence",
+    "write_checkpoint",
+    "list_checkpoints",
+    "offer_handoff",
+    "accept_handoff",
+    "decline_handoff",
+    "withdraw_handoff",
+    "handoff_inbox",
+    "create_contribution",
+    "revise_contribution",
+    "assess_revision",
+    "problem_overview",
+    "read_changes",
+    "write_memory",
+];
+
+/// Connects (and initializes) as `who`.
+async fn connect(app: &TestApp, who: &Agent) -> Client {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(app.url("/mcp")).auth_header(&who.token),
+    );
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("orbit-commons-tests", "1.0.0"),
+    )
+    .with_protocol_version(ProtocolVersion::V_2025_06_18)
+    .serve(transport)
+    .await
+    .expect("MCP initialize")
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(arguments) = args else {
+        panic!("tool arguments must be an object");
+    };
+    client
+        .call_tool(
+            CallToolRequestParams::new(Cow::Owned(tool.to_owned())).with_arguments(arguments),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {tool}: {e}"))
+}
+
+/// The structured result of a successful call.
+#[track_caller]
+fn ok(r: &CallToolResult) -> Value {
+    assert_eq!(
+        r.is_error,
+        Some(false),
+        "tool refused: {:?}",
+        r.structured_content
+    );
+    r.structured_content.clone().expect("structured content")
+}
+
+/// Asserts a refusal with its REST status, code and recovery; returns its content.
+#[track_caller]
+fn refused(r: &CallToolResult, status: u16, code: &str, recover: &str) -> Value {
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "tool succeeded: {:?}",
+        r.structured_content
+    );
+    let s = r.structured_content.clone().expect("structured content");
+    assert_eq!(s["status"], status, "{s}");
+    assert_eq!(s["code"], code, "{s}");
+    assert_eq!(s["recover"], recover, "{s}");
+    assert!(
+        s["message"].is_string() && s.get("details").is_some(),
+        "{s}"
+    );
+    s
+}
+
+fn key() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// A raw JSON-RPC POST to `/mcp`.
+async fn raw(app: &TestApp, auth: Option<&str>, message: Value) -> crate::harness::Resp {
+    let body = serde_json::to_vec(&message).unwrap();
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    let auth_value;
+    if let Some(a) = auth {
+        auth_value = a.to_owned();
+        headers.push(("authorization", &auth_value));
+    }
+    app.send_raw(Method::POST, "/mcp", None, &headers, Some(body))
+        .await
+}
+
+fn initialize_message() -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }
+    })
+}
+
+#[tokio::test]
+async fn initialize_and_list_every_tool_with_an_input_schema() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("mcp-lister").await;
+    let client = connect(&app, &a).await;
+
+    let info = client.peer_info().expect("server info");
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("orbit-commons")
+    );
+    assert_eq!(info.protocol_version, ProtocolVersion::V_2025_06_18);
+    assert!(info.capabilities.tools.is_some());
+    assert!(info
+        .instructions
+        .as_deref()
+        .is_some_and(|i| i.contains("untrusted")));
+
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for wanted in TOOLS {
+        assert!(names.contains(wanted), "missing tool {wanted}: {names:?}");
+    }
+    for t in &tools {
+        let schema = Value::Object((*t.input_schema).clone());
+        assert_eq!(schema["type"], "object", "{}: {schema}", t.name);
+        assert!(schema["properties"].is_object(), "{}: {schema}", t.name);
+        assert!(
+            !schema.to_string().contains("$ref"),
+            "{}: schema must be self-contained: {schema}",
+            t.name
+        );
+        assert!(
+            t.description.as_ref().is_some_and(|d| d.len() > 30),
+            "{} needs a description an LLM can act on",
+            t.name
+        );
+    }
+    let schema_of = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        Value::Object((*t.input_schema).clone())
+    };
+    // Writes: path ids, the REST body's fields, and the key where REST requires it.
+    let acquire = schema_of("acquire_lease");
+    assert_eq!(acquire["required"], json!(["task_id", "idempotency_key"]));
+    assert!(acquire["properties"]["duration_seconds"].is_object());
+    let offer = schema_of("offer_handoff");
+    for f in ["task_id", "lease_version", "checkpoint_id", "message"] {
+        assert!(
+            offer["required"].as_array().unwrap().contains(&json!(f)),
+            "{offer}"
+        );
+    }
+    let contribution = schema_of("create_contribution");
+    assert!(
+        contribution["properties"]["kind"]["enum"].is_array(),
+        "{contribution}"
+    );
+    // The fence check, joining and memory records take no key, as over REST.
+    for name in ["check_fence", "join_orbit", "write_memory"] {
+        assert!(
+            schema_of(name)["properties"]["idempotency_key"].is_null(),
+            "{name}"
+        );
+    }
+
+    // The transport itself: a single JSON response to initialize; GET is not served
+    // (no server-initiated stream), nor is an unknown tool.
+    let r = raw(
+        &app,
+        Some(&format!("Bearer {}", a.token)),
+        initialize_message(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/json")));
+    assert_eq!(
+        r.json["result"]["protocolVersion"], "2025-06-18",
+        "{}",
+        r.text
+    );
+    let r = app
+        .send_raw(
+            Method::GET,
+            "/mcp",
+            Some(&a.token),
+            &[("accept", "text/event-stream")],
+            None,
+        )
+        .await;
+    r.assert_envelope(405);
+    assert_eq!(r.header("allow"), Some("POST"));
+    let r = raw(
+        &app,
+        Some(&format!("Bearer {}", a.token)),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "no_such_tool", "arguments": {}}}),
+    )
+    .await;
+    assert!(r.json["error"]["code"].is_i64(), "{}", r.text);
+    client.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn unauthenticated_mcp_requests_are_401() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("mcp-auth").await;
+    let malformed = "Bearer not-a-token".to_owned();
+    let unknown = format!("Bearer {}x", &a.token[..a.token.len() - 1]);
+    for auth in [
+        None,
+        Some("Basic Zm9vOmJhcg=="),
+        Some(&malformed),
+        Some(&unknown),
+    ] {
+        let r = raw(&app, auth, initialize_message()).await;
+        r.assert_envelope(401);
+        assert!(
+            r.header("www-authenticate")
+                .is_some_and(|v| v.starts_with("Bearer")),
+            "{auth:?}: {:?}",
+            r.headers
+        );
+    }
+    // A revoked token is refused on the very next MCP request.
+    let list = app.get("/api/v1/me/tokens", Some(&a.token)).await;
+    let token_id = list.json["data"][0]["id"].as_i64().unwrap();
+    app.delete(&format!("/api/v1/me/tokens/{token_id}"), &a.token)
+        .await;
+    let r = raw(
+        &app,
+        Some(&format!("Bearer {}", a.token)),
+        initialize_message(),
+    )
+    .await;
+    r.assert_envelope(401);
+
+    // The SDK client without a token cannot even initialize.
+    let transport = StreamableHttpClientTransport::from_uri(app.url("/mcp"));
+    let refused = ClientConfig::new(ClientCapabilities::default(), Implementation::new("x", "1"))
+        .serve(transport)
+        .await;
+    assert!(refused.is_err(), "initialize without a token must fail");
+}
+
+#[tokio::test]
+async fn mcp_is_rate_limited_like_the_rest_api() {
+    let app = TestApp::spawn_with(|c| {
+        c.rate_limit_per_minute = 3;
+        c.anon_rate_limit_per_minute = 50;
+    })
+    .await;
+    let a = app.agent("mcp-limited").await;
+    let auth = format!("Bearer {}", a.token);
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let r = raw(
+            &app,
+            Some(&auth),
+            json!({"jsonrpc": "2.0", "id": i, "method": "ping"}),
+        )
+        .await;
+        statuses.push(r.status.as_u16());
+        if r.status == 429 {
+            r.assert_error(429, "rate_limited");
+            assert!(r.header("retry-after").is_some());
+        }
+    }
+    assert!(statuses.contains(&429), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn drafter_hands_off_to_reviewer_entirely_through_tools() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-rollout", 2).await;
+    let (drafter_agent, reviewer_agent) = (&c.members[0], &c.members[1]);
+    let drafter = connect(&app, drafter_agent).await;
+    let reviewer = connect(&app, reviewer_agent).await;
+
+    // The drafter finds out who it is and where it may work.
+    let me = ok(&call(&drafter, "whoami", json!({})).await);
+    assert_eq!(me["data"]["contributor"]["id"], drafter_agent.id);
+    assert_eq!(me["data"]["memberships"][0]["orbit_id"], c.orbit);
+    let orbits = ok(&call(&drafter, "list_orbits", json!({"limit": 10})).await);
+    assert_eq!(orbits["data"][0]["id"], c.orbit);
+
+    // It creates a task, finds it as open work, and takes it.
+    let created = ok(&call(
+        &drafter,
+        "create_task",
+        json!({"orbit": "mcp-rollout", "title": "plans/rollout.md", "idempotency_key": key()}),
+    )
+    .await);
+    let t = created["data"]["id"].as_i64().unwrap();
+    let work = ok(&call(&drafter, "find_work", json!({})).await);
+    assert_eq!(work["data"]["open_tasks"][0]["id"], t, "{work}");
+    let lease = ok(&call(
+        &drafter,
+        "acquire_lease",
+        json!({"task_id": t, "duration_seconds": 900, "idempotency_key": key()}),
+    )
+    .await);
+    let (drafter_lease, v1) = (
+        lease["data"]["id"].as_i64().unwrap(),
+        lease["data"]["lease_version"].as_i64().unwrap(),
+    );
+    assert_eq!(v1, 1);
+    let work = ok(&call(&reviewer, "find_work", json!({"orbit": c.orbit})).await);
+    assert_eq!(
+        work["data"]["open_tasks"],
+        json!([]),
+        "a leased task is not open work"
+    );
+
+    // Progress, a fence check, a renewal, then the handoff to the reviewer.
+    let ckpt = ok(&call(
+        &drafter,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": v1, "summary": "smoke passed",
+               "state": {"version": 4, "file": "plans/rollout.md"}, "idempotency_key": key()}),
+    )
+    .await);
+    let ckpt_id = ckpt["data"]["id"].as_i64().unwrap();
+    assert_eq!(ckpt["data"]["sequence"], 1);
+    let fence = ok(&call(
+        &drafter,
+        "check_fence",
+        json!({"task_id": t, "lease_version": v1}),
+    )
+    .await);
+    assert_eq!(fence["data"]["verdict"], "PROCEED");
+    ok(&call(
+        &drafter,
+        "renew_lease",
+        json!({"lease_id": drafter_lease, "lease_version": v1, "duration_seconds": 900,
+               "idempotency_key": key()}),
+    )
+    .await);
+    let offered = ok(&call(
+        &drafter,
+        "offer_handoff",
+        json!({"task_id": t, "lease_version": v1, "checkpoint_id": ckpt_id,
+               "to_contributor_id": reviewer_agent.id,
+               "message": "Smoke passed, needs review of the canary percentages.",
+               "idempotency_key": key()}),
+    )
+    .await);
+    let handoff = offered["data"]["id"].as_i64().unwrap();
+    assert_eq!(offered["data"]["status"], "PENDING");
+
+    // The giver is fenced: every lease-protected tool refuses with stop_and_report,
+    // naming the handoff, and never says how the fence could be lifted.
+    for (tool, args) in [
+        (
+            "write_checkpoint",
+            json!({"task_id": t, "lease_version": v1, "summary": "more",
+                   "state": {"version": 5}, "idempotency_key": key()}),
+        ),
+        ("check_fence", json!({"task_id": t, "lease_version": v1})),
+        (
+            "renew_lease",
+            json!({"lease_id": drafter_lease, "lease_version": v1, "idempotency_key": key()}),
+        ),
+        (
+            "complete_task",
+            json!({"task_id": t, "lease_version": v1, "idempotency_key": key()}),
+        ),
+    ] {
+        let r = call(&drafter, tool, args).await;
+        let s = refused(&r, 409, "handed_off", "stop_and_report");
+        assert_eq!(s["details"]["handoff_id"], handoff, "{tool}: {s}");
+        let text = format!("{s} {:?}", r.content).to_lowercase();
+        for lifting in ["withdraw", "release", "acquire", "accept", "renew it"] {
+            assert!(
+                !text.contains(lifting),
+                "{tool} names a way out ({lifting}): {text}"
+            );
+        }
+    }
+
+    // The reviewer finds the handoff and accepts it; the retry with the same key is
+    // the same request and returns the same result.
+    let inbox = ok(&call(&reviewer, "handoff_inbox", json!({"status": "PENDING"})).await);
+    assert_eq!(inbox["data"][0]["id"], handoff, "{inbox}");
+    let work = ok(&call(&reviewer, "find_work", json!({})).await);
+    assert_eq!(work["data"]["inbox_handoffs"][0]["id"], handoff, "{work}");
+    let accept_key = key();
+    let args = json!({"handoff_id": handoff, "duration_seconds": 600,
+                      "idempotency_key": accept_key});
+    let first = call(&reviewer, "accept_handoff", args.clone()).await;
+    let accepted = ok(&first);
+    assert_eq!(accepted["data"]["handoff"]["status"], "ACCEPTED");
+    assert_eq!(accepted["data"]["lease"]["lease_version"], 2);
+    assert_eq!(
+        accepted["data"]["lease"]["contributor"]["id"],
+        reviewer_agent.id
+    );
+    assert!(first.meta.is_none());
+    let again = call(&reviewer, "accept_handoff", args).await;
+    assert_eq!(ok(&again), accepted, "a retry returns the same result");
+    assert_eq!(
+        again
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get("orbit-commons/idempotency-replayed")),
+        Some(&json!(true))
+    );
+    let changes = app
+        .get(
+            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
+            None,
+        )
+        .await;
+    let accepts = changes.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|ch| ch["kind"] == "handoff.accepted")
+        .count();
+    assert_eq!(accepts, 1, "the retry did nothing twice");
+
+    // The giver's old version is now stale: still stop_and_report.
+    let r = call(
+        &drafter,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": v1, "summary": "late",
+               "state": {}, "idempotency_key": key()}),
+    )
+    .await;
+    refused(&r, 409, "stale_lease_version", "stop_and_report");
+
+    // The reviewer resumes from the checkpoint and finishes under its own lease.
+    let v2 = accepted["data"]["lease"]["lease_version"].as_i64().unwrap();
+    let list = ok(&call(&reviewer, "list_checkpoints", json!({"task_id": t})).await);
+    assert_eq!(list["data"][0]["id"], ckpt_id);
+    assert_eq!(list["data"][0]["state"]["version"], 4);
+    ok(&call(
+        &reviewer,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": v2, "summary": "reviewed",
+               "state": {"version": 5, "reviewed": true}, "idempotency_key": key()}),
+    )
+    .await);
+    let done = ok(&call(
+        &reviewer,
+        "complete_task",
+        json!({"task_id": t, "lease_version": v2, "summary": "approved",
+               "idempotency_key": key()}),
+    )
+    .await);
+    assert_eq!(done["data"]["status"], "COMPLETED");
+    let r = call(&reviewer, "get_task", json!({"task_id": t})).await;
+    assert_eq!(ok(&r)["data"]["status"], "COMPLETED");
+
+    // The whole story is in the change feed, read through the tool.
+    let feed = ok(&call(
+        &reviewer,
+        "read_changes",
+        json!({"orbit": c.orbit, "after": 0}),
+    )
+    .await);
+    let kinds: Vec<&str> = feed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ch| ch["kind"].as_str().unwrap())
+        .filter(|k| !k.starts_with("orbit.") && !k.starts_with("member."))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "task.created",
+            "lease.acquired",
+            "checkpoint.created",
+            "lease.renewed",
+            "handoff.offered",
+            "handoff.accepted",
+            "checkpoint.created",
+            "task.completed"
+        ]
+    );
+    drafter.cancel().await.ok();
+    reviewer.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn the_same_key_over_rest_and_mcp_is_one_request() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-keys", 1).await;
+    let who = &c.members[0];
+    let client = connect(&app, who).await;
+
+    // REST first, then MCP: the tool replays the REST result.
+    let t = task(&app, who, c.orbit, "one acquire").await;
+    let k = key();
+    let rest = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/tasks/{t}/leases"),
+            Some(&who.token),
+            Some(&k),
+            Some(json!({"duration_seconds": 600})),
+        )
+        .await;
+    assert_eq!(rest.status, 201, "{}", rest.text);
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "duration_seconds": 600, "idempotency_key": k}),
+    )
+    .await;
+    assert_eq!(ok(&r), rest.json, "the same request: the same result");
+    let leases = app.get(&format!("/api/v1/tasks/{t}/leases"), None).await;
+    assert_eq!(leases.json["data"].as_array().unwrap().len(), 1);
+    // The same key with other input is another intent.
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "duration_seconds": 700, "idempotency_key": k}),
+    )
+    .await;
+    refused(&r, 409, "idempotency_key_reused", "new_key_for_new_intent");
+
+    // MCP first, then REST: the header replays the tool's result, byte for byte.
+    let k = key();
+    let created = call(
+        &client,
+        "create_task",
+        json!({"orbit": c.orbit, "title": "made over MCP", "idempotency_key": k}),
+    )
+    .await;
+    let created = ok(&created);
+    let rest = app
+        .send(
+            Method::POST,
+            "/api/v1/orbits/mcp-keys/tasks",
+            Some(&who.token),
+            Some(&k),
+            Some(json!({"title": "made over MCP"})),
+        )
+        .await;
+    assert_eq!(rest.status, 201, "{}", rest.text);
+    assert_eq!(rest.header("idempotency-replayed"), Some("true"));
+    assert_eq!(rest.json, created);
+
+    // A lease refusal names its recovery; the key is required as over REST.
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "idempotency_key": key()}),
+    )
+    .await;
+    let s = refused(&r, 409, "lease_already_held", "renew_instead");
+    assert!(s["details"]["lease_id"].is_i64());
+    let r = call(&client, "acquire_lease", json!({"task_id": t})).await;
+    refused(&r, 422, "idempotency_key_required", "fix_input");
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "duration_seconds": "long", "idempotency_key": key()}),
+    )
+    .await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert!(s["errors"]["duration_seconds"].is_array(), "{s}");
+    client.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn a_non_member_is_refused_with_not_permitted() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-private", 1).await;
+    let t = task(&app, &c.members[0], c.orbit, "members only").await;
+    let outsider = app.agent("mcp-outsider").await;
+    let client = connect(&app, &outsider).await;
+
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "idempotency_key": key()}),
+    )
+    .await;
+    refused(&r, 403, "not_a_member", "not_permitted");
+    let r = call(&client, "find_work", json!({"orbit": "mcp-private"})).await;
+    refused(&r, 403, "not_a_member", "not_permitted");
+    let r = call(
+        &client,
+        "write_memory",
+        json!({"orbit": c.orbit, "content": "hello"}),
+    )
+    .await;
+    refused(&r, 403, "not_a_member", "not_permitted");
+    let r = call(&client, "get_task", json!({"task_id": 999_999})).await;
+    refused(&r, 404, "not_found", "not_found");
+    // Nothing was written in the orbit by the outsider.
+    let changes = app
+        .get(&format!("/api/v1/orbits/{}/changes", c.orbit), None)
+        .await;
+    assert!(changes.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|ch| ch["contributor"]["id"] != outsider.id));
+
+    // Joining makes the same call work.
+    ok(&call(&client, "join_orbit", json!({"orbit": "mcp-private"})).await);
+    let r = call(&client, "join_orbit", json!({"orbit": "mcp-private"})).await;
+    refused(&r, 409, "already_member", "continue");
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "idempotency_key": key()}),
+    )
+    .await;
+    assert_eq!(ok(&r)["data"]["lease_version"], 1);
+    client.cancel().await.ok();
+}
