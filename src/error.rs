@@ -270,12 +270,14 @@ impl From<diesel::result::Error> for ApiError {
                 _,
             ) => {
                 tracing::warn!(error = %err, "database connection lost");
+                crate::db::note_lost_connection();
                 ApiError::unavailable()
             }
             Error::DatabaseError(DatabaseErrorKind::Unknown, info)
                 if crate::db::is_unavailable_message(info.message()) =>
             {
                 tracing::warn!(error = %err, "database unavailable");
+                crate::db::note_lost_connection();
                 ApiError::unavailable()
             }
             // PostgreSQL `text` cannot hold U+0000: a NUL in any string the client sent

@@ -152,13 +152,47 @@ pub static POOL_WAITING: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomi
 /// Checks a connection out of the pool, mapping exhaustion to 503.
 pub fn checkout(pool: &PgPool) -> ApiResult<PgConn> {
     use std::sync::atomic::Ordering;
-    POOL_WAITING.fetch_add(1, Ordering::Relaxed);
-    let conn = pool.get();
-    POOL_WAITING.fetch_sub(1, Ordering::Relaxed);
-    conn.map_err(|e| {
-        tracing::warn!(error = %e, "no database connection available");
-        ApiError::unavailable()
-    })
+    // After a lost connection (a database restart, say), the pool may still hold
+    // connections to the old server. For a while, each checkout is tested and a dead
+    // one is dropped, so requests after the outage do not fail one by one on them.
+    let suspicious = recently_lost();
+    for _ in 0..=pool.max_size() {
+        POOL_WAITING.fetch_add(1, Ordering::Relaxed);
+        let conn = pool.get();
+        POOL_WAITING.fetch_sub(1, Ordering::Relaxed);
+        let mut conn = conn.map_err(|e| {
+            tracing::warn!(error = %e, "no database connection available");
+            ApiError::unavailable()
+        })?;
+        if !suspicious || conn.batch_execute("SELECT 1").is_ok() {
+            return Ok(conn);
+        }
+        // The failed statement marked it broken: r2d2 discards it when it returns.
+        tracing::debug!("dropping a pooled connection to a server that went away");
+    }
+    Err(ApiError::unavailable())
+}
+
+/// Milliseconds since the Unix epoch of the last lost database connection.
+static LOST_AT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// How long after a lost connection checkouts are tested.
+const SUSPICION_MS: u64 = 60_000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Records that a connection to the database was lost.
+pub fn note_lost_connection() {
+    LOST_AT_MS.store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn recently_lost() -> bool {
+    let at = LOST_AT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    at != 0 && now_ms().saturating_sub(at) < SUSPICION_MS
 }
 
 /// Runs one unit of work as one transaction on one pooled connection, inside one

@@ -15,6 +15,7 @@ mod members;
 mod openapi;
 mod orbits;
 mod protection;
+mod reliability;
 mod revisions;
 mod smoke;
 mod spec;
