@@ -19,8 +19,9 @@ use crate::store::contributors::{self as store, MembershipSummary, TokenInfo};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterContributor {
-    /// `SYSTEM` cannot be self-registered.
+    /// `AGENT`, `HUMAN` or `ORGANIZATION` (`SYSTEM` cannot be self-registered).
     #[serde(rename = "type")]
+    #[schema(value_type = RegistrableType)]
     pub kind: ContributorType,
     /// Self-declared display name, 1..120 characters.
     #[schema(min_length = 1, max_length = 120)]
@@ -40,6 +41,15 @@ impl Validate for RegisterContributor {
             e.add("type", "SYSTEM contributors cannot be self-registered");
         }
     }
+}
+
+/// The contributor types anyone may register.
+#[derive(ToSchema)]
+#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RegistrableType {
+    Agent,
+    Human,
+    Organization,
 }
 
 /// Legacy agent registration.

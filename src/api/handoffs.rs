@@ -574,7 +574,7 @@ pub struct MailboxQuery {
     /// `inbox` (default): targeted at you, plus open handoffs in your orbits that you
     /// did not give. `outbox`: given by you.
     #[serde(rename = "box")]
-    #[param(rename = "box")]
+    #[param(rename = "box", inline)]
     pub mailbox: Option<MailBox>,
     /// Only handoffs with this (effective) status.
     pub status: Option<HandoffStatus>,
