@@ -172,3 +172,23 @@ async fn every_documented_operation_is_routed() {
     }
     assert!(checked >= 17, "only {checked} operations documented");
 }
+
+#[tokio::test]
+async fn the_agents_guide_is_served_from_the_binary_as_markdown() {
+    let app = TestApp::spawn().await;
+    let r = app.get("/agents.md", None).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/markdown; charset=utf-8")
+    );
+    assert_eq!(r.text, include_str!("../../agents.md"));
+    for must in [
+        "stale_lease_version",
+        "Idempotency-Key",
+        "handed_off",
+        "/mcp",
+    ] {
+        assert!(r.text.contains(must), "agents.md must explain {must}");
+    }
+}
