@@ -120,9 +120,14 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     .keep_alive(client_timeout)
     .shutdown_timeout(10)
     .listen(listener)?;
-    if let Some(w) = workers {
-        server = server.workers(w.max(1));
-    }
+    let workers = workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    // Every unit of database work holds a pooled connection, so more blocking threads
+    // than connections only wait (and cost memory): size each worker's blocking
+    // pool to its share of the connection pool, plus room for argon2 and the purge.
+    let blocking = (state.config.db_pool_size as usize).div_ceil(workers) + 2;
+    server = server.workers(workers).worker_max_blocking_threads(blocking);
     let server = server.run();
     let handle = server.handle();
     Ok(Running {
