@@ -127,7 +127,9 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     // than connections only wait (and cost memory): size each worker's blocking
     // pool to its share of the connection pool, plus room for argon2 and the purge.
     let blocking = (state.config.db_pool_size as usize).div_ceil(workers) + 2;
-    server = server.workers(workers).worker_max_blocking_threads(blocking);
+    server = server
+        .workers(workers)
+        .worker_max_blocking_threads(blocking);
     let server = server.run();
     let handle = server.handle();
     Ok(Running {
