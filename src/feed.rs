@@ -5,15 +5,25 @@
 //! thread per instance runs `LISTEN orbit_changes` on its own connection and
 //! forwards every notification, so a write on any instance wakes waiters on all of
 //! them. Writes on this instance also wake local waiters directly after commit.
+//!
+//! The `NOTIFY` is sent after the write commits, by one notifier thread per instance
+//! on its own connection ([`ChangeHub::publish`]), never inside the write's
+//! transaction: PostgreSQL serializes the commits of all notifying transactions of a
+//! database under one lock, which would make every orbit's writes wait for each
+//! other. A notification lost to a crash between commit and send only delays remote
+//! long polls until their timeout; the change itself is committed and in the feed.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection};
+use diesel::sql_types::{Array, BigInt};
+use diesel::{Connection, PgConnection, RunQueryDsl};
 use tokio::sync::broadcast;
 
+use crate::db::BindNext;
 use crate::revision::NOTIFY_CHANNEL;
 
 /// Orbit id 0 means "every orbit" (sent after the listener reconnects, since
@@ -24,6 +34,8 @@ pub const ALL_ORBITS: i64 = 0;
 pub struct ChangeHub {
     tx: broadcast::Sender<i64>,
     stop: Arc<AtomicBool>,
+    /// Orbits whose changes committed here and still need a `NOTIFY`.
+    outbox: Arc<(Mutex<BTreeSet<i64>>, Condvar)>,
 }
 
 impl Default for ChangeHub {
@@ -32,6 +44,7 @@ impl Default for ChangeHub {
         ChangeHub {
             tx,
             stop: Arc::new(AtomicBool::new(false)),
+            outbox: Arc::new((Mutex::new(BTreeSet::new()), Condvar::new())),
         }
     }
 }
@@ -41,8 +54,76 @@ impl ChangeHub {
         self.tx.subscribe()
     }
 
+    /// Wakes this instance's waiters on `orbit_id`.
     pub fn notify(&self, orbit_id: i64) {
         let _ = self.tx.send(orbit_id);
+    }
+
+    /// After a write committed: wakes local waiters now and queues the `NOTIFY` that
+    /// wakes the other instances' waiters.
+    pub fn publish(&self, orbit_id: i64) {
+        self.notify(orbit_id);
+        let (queue, ready) = &*self.outbox;
+        queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(orbit_id);
+        ready.notify_one();
+    }
+
+    /// Starts the thread that sends queued notifications, coalesced, in one statement
+    /// per batch.
+    pub fn start_notifier(&self, database_url: String) {
+        let hub = self.clone();
+        std::thread::Builder::new()
+            .name("orbit-notify".into())
+            .spawn(move || hub.notify_loop(&database_url))
+            .expect("spawn notifier thread");
+    }
+
+    fn next_batch(&self) -> Vec<i64> {
+        let (queue, ready) = &*self.outbox;
+        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.is_empty() {
+            q = ready
+                .wait_timeout(q, Duration::from_millis(500))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        std::mem::take(&mut *q).into_iter().collect()
+    }
+
+    fn notify_loop(&self, url: &str) {
+        let mut conn: Option<PgConnection> = None;
+        while !self.stop.load(Ordering::Relaxed) {
+            let batch = self.next_batch();
+            if batch.is_empty() {
+                continue;
+            }
+            // One reconnect per batch; a batch that still fails is dropped (remote
+            // long polls then wake at their timeout).
+            for _ in 0..2 {
+                if conn.is_none() {
+                    conn = PgConnection::establish(url).ok();
+                }
+                let Some(c) = conn.as_mut() else {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                };
+                let sent = crate::db::sql(
+                    "SELECT pg_notify('orbit_changes', o::text) FROM unnest($1::bigint[]) AS o",
+                )
+                .bind::<Array<BigInt>, _>(&batch)
+                .execute(c);
+                match sent {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "change notifier lost its connection");
+                        conn = None;
+                    }
+                }
+            }
+        }
     }
 
     /// Starts the LISTEN thread for this instance.

@@ -1,7 +1,9 @@
 //! The fence: the one lease check every lease-protected write calls.
 //!
-//! `lock` takes the task row's lock and then reads the database clock, so a lock
-//! wait can never make a decision in the past. `check` then decides, in the order
+//! `lock` (or `lock_for`, for a write presenting a lease) takes the task row's lock
+//! and then, in one statement, reads the database clock with the task's open lease,
+//! the presented lease and the PENDING handoff, so a lock wait can never make a
+//! decision in the past. `check` then decides, in the order
 //! of the contract (section 8), the first failing rule:
 //! 1. `stale_lease_version` — the task's current version is not the request's;
 //! 2. `lease_not_held` — that lease is someone else's;
@@ -10,7 +12,7 @@
 //!    completion, renewal and the fence check only).
 //!
 //! Lock order everywhere: task row, then handoffs, then leases, then the orbit's
-//! revision (last, in `revision::record`).
+//! revision (last, in `revision::apply`).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -18,12 +20,13 @@ use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use serde_json::json;
 
 use crate::api::types::format_ts;
+use crate::db::BindNext;
 use crate::db::TxResult;
 use crate::error::ApiError;
-use crate::store::handoffs;
 
 /// A task row held under `FOR UPDATE` (or `FOR SHARE` for the read-only fence
-/// check), with the database time read after the lock was granted.
+/// check), with the database time read after the lock was granted, and what the
+/// checks need, read in the same statement as the time.
 #[derive(Debug, Clone)]
 pub struct LockedTask {
     pub id: i64,
@@ -33,18 +36,36 @@ pub struct LockedTask {
     pub now: DateTime<Utc>,
     /// The lease that has not ended (it may have run out: see `active`).
     pub open_lease: Option<OpenLease>,
+    /// The task's PENDING handoff, if any (it may have run out).
+    pub pending_handoff: Option<PendingHandoff>,
+    /// Who the lock was taken for, and the lease they presented (`lock_for`).
+    caller: Option<i64>,
+    presented: Option<PresentedLease>,
 }
 
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone)]
 pub struct OpenLease {
-    #[diesel(sql_type = BigInt)]
     pub id: i64,
-    #[diesel(sql_type = BigInt)]
     pub contributor_id: i64,
-    #[diesel(sql_type = BigInt)]
     pub lease_version: i64,
-    #[diesel(sql_type = Timestamptz)]
     pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PendingHandoff {
+    pub id: i64,
+    pub from_contributor: i64,
+    pub to_contributor: Option<i64>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The lease whose version a request presented.
+#[derive(Debug, Clone)]
+struct PresentedLease {
+    id: i64,
+    contributor_id: i64,
+    end_reason: Option<String>,
+    expires_at: DateTime<Utc>,
 }
 
 impl LockedTask {
@@ -55,6 +76,13 @@ impl LockedTask {
     /// The open lease if it is still active at `now`.
     pub fn active_lease(&self) -> Option<&OpenLease> {
         self.open_lease.as_ref().filter(|l| l.expires_at > self.now)
+    }
+
+    /// The live PENDING handoff `giver` offered on this task: it fences the giver.
+    pub fn pending_from(&self, giver: i64) -> Option<&PendingHandoff> {
+        self.pending_handoff
+            .as_ref()
+            .filter(|h| h.from_contributor == giver && h.expires_at > self.now)
     }
 }
 
@@ -71,17 +99,33 @@ struct TaskLockRow {
 }
 
 #[derive(QueryableByName)]
-struct NowAndLease {
+struct AfterLock {
     #[diesel(sql_type = Timestamptz)]
     now: DateTime<Utc>,
     #[diesel(sql_type = Nullable<BigInt>)]
-    id: Option<i64>,
+    o_id: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
-    contributor_id: Option<i64>,
+    o_contributor: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
-    lease_version: Option<i64>,
+    o_version: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
+    o_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    v_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    v_contributor: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    v_end_reason: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    v_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    h_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    h_from: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    h_to: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    h_expires: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -94,31 +138,85 @@ pub enum LockMode {
 
 /// Locks the task row (404 when it does not exist) and reads the clock after it.
 pub fn lock(conn: &mut PgConnection, task_id: i64, mode: LockMode) -> TxResult<LockedTask> {
-    let clause = match mode {
-        LockMode::Update => "FOR UPDATE",
-        LockMode::Share => "FOR SHARE",
+    lock_inner(conn, task_id, mode, None, None)
+}
+
+/// `lock` for a lease-protected write: also reads the lease of `lease_version`, so
+/// `check` needs no statement of its own.
+pub fn lock_for(
+    conn: &mut PgConnection,
+    task_id: i64,
+    mode: LockMode,
+    caller: i64,
+    lease_version: i64,
+) -> TxResult<LockedTask> {
+    lock_inner(conn, task_id, mode, Some(caller), Some(lease_version))
+}
+
+/// The whole fence of a lease-protected write: locks the task for `caller`, then
+/// runs `check`. With `path_version` (renew and release name the lease in the path),
+/// a path that names another version than the body is `stale_lease_version` first.
+pub fn guard(
+    conn: &mut PgConnection,
+    task_id: i64,
+    caller: i64,
+    lease_version: i64,
+    path_version: Option<i64>,
+    guard: Guard,
+) -> TxResult<(LockedTask, Held)> {
+    let task = lock_for(conn, task_id, LockMode::Update, caller, lease_version)?;
+    if path_version.is_some_and(|p| p != lease_version) {
+        return Err(stale(&task).into());
+    }
+    let held = check(&task, caller, lease_version, guard)?;
+    Ok((task, held))
+}
+
+fn lock_inner(
+    conn: &mut PgConnection,
+    task_id: i64,
+    mode: LockMode,
+    caller: Option<i64>,
+    lease_version: Option<i64>,
+) -> TxResult<LockedTask> {
+    let statement = match mode {
+        LockMode::Update => {
+            "SELECT id, orbit_id, status, lease_version FROM tasks WHERE id = $1 FOR UPDATE"
+        }
+        LockMode::Share => {
+            "SELECT id, orbit_id, status, lease_version FROM tasks WHERE id = $1 FOR SHARE"
+        }
     };
-    let row: Option<TaskLockRow> = diesel::sql_query(format!(
-        "SELECT id, orbit_id, status, lease_version FROM tasks WHERE id = $1 {clause}"
-    ))
-    .bind::<BigInt, _>(task_id)
-    .get_result(conn)
-    .optional()?;
+    let row: Option<TaskLockRow> = crate::db::sql(statement)
+        .bind::<BigInt, _>(task_id)
+        .get_result(conn)
+        .optional()?;
     let row = row.ok_or_else(|| ApiError::not_found("Task"))?;
     // Read after the lock statement returned: a wait for the lock cannot make this
-    // decision in the past.
-    let lease: NowAndLease = diesel::sql_query(
-        "SELECT clock_timestamp() AS now, l.id, l.contributor_id, l.lease_version, l.expires_at \
-         FROM (SELECT 1) AS one \
-         LEFT JOIN leases l ON l.task_id = $1 AND l.end_reason IS NULL",
+    // decision in the past. The partial unique indexes allow at most one open lease
+    // and one PENDING handoff per task, so this is one row.
+    let after: AfterLock = crate::db::sql(
+        "WITH clock AS (SELECT clock_timestamp() AS now) \
+         SELECT clock.now, \
+                o.id AS o_id, o.contributor_id AS o_contributor, \
+                o.lease_version AS o_version, o.expires_at AS o_expires, \
+                v.id AS v_id, v.contributor_id AS v_contributor, \
+                v.end_reason AS v_end_reason, v.expires_at AS v_expires, \
+                h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
+                h.expires_at AS h_expires \
+         FROM clock \
+         LEFT JOIN leases o ON o.task_id = $1 AND o.end_reason IS NULL \
+         LEFT JOIN leases v ON v.task_id = $1 AND v.lease_version = $2 \
+         LEFT JOIN handoffs h ON h.task_id = $1 AND h.status = 'PENDING'",
     )
     .bind::<BigInt, _>(task_id)
+    .bind::<Nullable<BigInt>, _>(lease_version)
     .get_result(conn)?;
     let open_lease = match (
-        lease.id,
-        lease.contributor_id,
-        lease.lease_version,
-        lease.expires_at,
+        after.o_id,
+        after.o_contributor,
+        after.o_version,
+        after.o_expires,
     ) {
         (Some(id), Some(contributor_id), Some(lease_version), Some(expires_at)) => {
             Some(OpenLease {
@@ -130,13 +228,34 @@ pub fn lock(conn: &mut PgConnection, task_id: i64, mode: LockMode) -> TxResult<L
         }
         _ => None,
     };
+    let presented = match (after.v_id, after.v_contributor, after.v_expires) {
+        (Some(id), Some(contributor_id), Some(expires_at)) => Some(PresentedLease {
+            id,
+            contributor_id,
+            end_reason: after.v_end_reason,
+            expires_at,
+        }),
+        _ => None,
+    };
+    let pending_handoff = match (after.h_id, after.h_from, after.h_expires) {
+        (Some(id), Some(from_contributor), Some(expires_at)) => Some(PendingHandoff {
+            id,
+            from_contributor,
+            to_contributor: after.h_to,
+            expires_at,
+        }),
+        _ => None,
+    };
     Ok(LockedTask {
         id: row.id,
         orbit_id: row.orbit_id,
         status: row.status,
         lease_version: row.lease_version,
-        now: lease.now,
+        now: after.now,
         open_lease,
+        pending_handoff,
+        caller,
+        presented,
     })
 }
 
@@ -147,18 +266,6 @@ pub enum Guard {
     Work,
     /// Release and a new offer: allowed while a handoff is pending.
     ReleaseOrOffer,
-}
-
-#[derive(QueryableByName)]
-struct VersionLease {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-    #[diesel(sql_type = BigInt)]
-    contributor_id: i64,
-    #[diesel(sql_type = Nullable<Text>)]
-    end_reason: Option<String>,
-    #[diesel(sql_type = Timestamptz)]
-    expires_at: DateTime<Utc>,
 }
 
 /// The lease a passing check vouches for.
@@ -178,26 +285,20 @@ pub fn stale(task: &LockedTask) -> ApiError {
     .with_details(json!({ "current_lease_version": task.lease_version }))
 }
 
-/// Runs the lease checks for `caller` presenting `lease_version` on a locked task.
-pub fn check(
-    conn: &mut PgConnection,
-    task: &LockedTask,
-    caller: i64,
-    lease_version: i64,
-    guard: Guard,
-) -> TxResult<Held> {
+/// Runs the lease checks for `caller` presenting `lease_version` on a task locked
+/// with `lock_for(caller, lease_version)`. Reads nothing: `lock_for` did.
+pub fn check(task: &LockedTask, caller: i64, lease_version: i64, guard: Guard) -> TxResult<Held> {
+    if task.caller != Some(caller) {
+        tracing::error!(
+            task = task.id,
+            "fence check on a task not locked for this caller"
+        );
+        return Err(ApiError::internal().into());
+    }
     if task.lease_version != lease_version {
         return Err(stale(task).into());
     }
-    let lease: Option<VersionLease> = diesel::sql_query(
-        "SELECT id, contributor_id, end_reason, expires_at FROM leases \
-         WHERE task_id = $1 AND lease_version = $2",
-    )
-    .bind::<BigInt, _>(task.id)
-    .bind::<BigInt, _>(lease_version)
-    .get_result(conn)
-    .optional()?;
-    let Some(lease) = lease else {
+    let Some(lease) = &task.presented else {
         return Err(stale(task).into());
     };
     if lease.contributor_id != caller {
@@ -221,7 +322,7 @@ pub fn check(
         None => {}
     }
     if guard == Guard::Work {
-        if let Some(h) = handoffs::pending_from(conn, task.id, caller, task.now)? {
+        if let Some(h) = task.pending_from(caller) {
             return Err(handed_off(h.id, h.to_contributor).into());
         }
     }

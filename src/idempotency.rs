@@ -22,6 +22,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use utoipa::IntoParams;
 
+use crate::db::BindNext;
 use crate::db::{TxError, TxResult};
 use crate::error::ApiError;
 
@@ -137,6 +138,8 @@ pub struct Gate {
     retention_hours: i32,
     claimed: Option<i64>,
     checked: bool,
+    /// The change this write makes to its orbit, applied by `finish`.
+    pending: Option<crate::revision::Pending>,
 }
 
 #[derive(QueryableByName)]
@@ -171,6 +174,7 @@ impl Gate {
             retention_hours: retention_hours as i32,
             claimed: None,
             checked: false,
+            pending: None,
         }
     }
 
@@ -216,7 +220,7 @@ impl Gate {
         };
         let fingerprint = self.fingerprint(params);
         let scope = self.op.scope();
-        let claimed: Option<ClaimedRow> = diesel::sql_query(
+        let claimed: Option<ClaimedRow> = crate::db::sql(
             "INSERT INTO idempotency_keys \
                  (contributor_id, operation, key, fingerprint, response_status, response_body, \
                   created_at, expires_at) \
@@ -248,7 +252,7 @@ impl Gate {
             self.claimed = Some(row.id);
             return Ok(());
         }
-        let existing: Option<ExistingRow> = diesel::sql_query(
+        let existing: Option<ExistingRow> = crate::db::sql(
             "SELECT fingerprint, response_status, response_body FROM idempotency_keys \
              WHERE contributor_id = $1 AND operation = $2 AND key = $3",
         )
@@ -274,21 +278,60 @@ impl Gate {
         }
     }
 
-    /// Stores the response in the same transaction as the effect. A route that must
-    /// be keyed but never claimed is a programming error, refused loudly.
-    pub fn store(&self, conn: &mut PgConnection, stored: &Stored) -> TxResult<()> {
+    /// Names this write's change to its orbit. Returns [`revision::PENDING`] to put
+    /// in the response's `orbit_revision`; `finish` applies the change as the
+    /// transaction's last statement and fills in the real revision. A write makes
+    /// one revision: a second call is a programming error.
+    ///
+    /// [`revision::PENDING`]: crate::revision::PENDING
+    pub fn record(
+        &mut self,
+        orbit_id: i64,
+        contributor_id: i64,
+        change: crate::revision::Change<'_>,
+    ) -> TxResult<i64> {
+        if self.pending.is_some() {
+            tracing::error!(operation = %self.op.scope(), "a write recorded two changes");
+            return Err(ApiError::internal().into());
+        }
+        self.pending = Some(crate::revision::Pending::new(
+            orbit_id,
+            contributor_id,
+            change,
+        ));
+        Ok(crate::revision::PENDING)
+    }
+
+    /// Ends the write in its transaction: applies the recorded change (which takes
+    /// the orbit's lock, so it comes last) and stores the response under the key, in
+    /// one statement; `body` gets the revision. A route that must be keyed but
+    /// never claimed is a programming error, refused loudly.
+    pub fn finish(
+        &mut self,
+        conn: &mut PgConnection,
+        status: StatusCode,
+        body: &mut Vec<u8>,
+    ) -> TxResult<()> {
         if !self.checked && self.op.rule == KeyRule::Required {
             tracing::error!(operation = %self.op.scope(), "write route never claimed its key");
             return Err(ApiError::internal().into());
         }
-        if let Some(id) = self.claimed {
-            diesel::sql_query(
+        if let Some(change) = self.pending.take() {
+            let response = self.claimed.map(|key_id| crate::revision::StoredResponse {
+                key_id,
+                status: status.as_u16() as i16,
+                body: body.as_slice(),
+            });
+            let revision = crate::revision::apply(conn, &change, response)?;
+            *body = crate::revision::fill(body, revision);
+        } else if let Some(id) = self.claimed {
+            crate::db::sql(
                 "UPDATE idempotency_keys SET response_status = $2, response_body = $3 \
                  WHERE id = $1",
             )
             .bind::<BigInt, _>(id)
-            .bind::<Int2, _>(stored.status.as_u16() as i16)
-            .bind::<Bytea, _>(&stored.body)
+            .bind::<Int2, _>(status.as_u16() as i16)
+            .bind::<Bytea, _>(&*body)
             .execute(conn)?;
         }
         Ok(())
@@ -309,7 +352,7 @@ pub fn purge_expired(conn: &mut PgConnection) -> QueryResult<usize> {
     const BATCH: i64 = 500;
     let mut total = 0;
     loop {
-        let n = diesel::sql_query(
+        let n = crate::db::sql(
             "DELETE FROM idempotency_keys WHERE id IN ( \
                  SELECT id FROM idempotency_keys WHERE expires_at <= clock_timestamp() \
                  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",

@@ -55,6 +55,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     );
     let hub = ChangeHub::default();
     hub.start_listener(database_url.to_owned());
+    hub.start_notifier(database_url.to_owned());
     AppState {
         pool,
         config: Arc::new(config.clone()),

@@ -21,7 +21,7 @@ use crate::db;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::artifacts::{self as store, Artifact};
 use crate::store::orbits as orbit_store;
 
@@ -178,8 +178,7 @@ pub async fn create_artifact(
                 caller.id(),
             )?;
             let mut out = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
+            let rev = gate.record(
                 orbit.id,
                 caller.id(),
                 Change {

@@ -16,7 +16,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::contributions::{self as store, Assessment, Verdict};
 use crate::store::orbits as orbit_store;
 use crate::store::{problems, refs};
@@ -142,8 +142,7 @@ pub fn create(
         }
     }
     let mut out = store::assessment(conn, id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         head.orbit_id,
         caller.id(),
         Change {

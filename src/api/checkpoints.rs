@@ -12,10 +12,10 @@ use crate::api::{ok_json, page_json, write, Reply, State};
 use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::fence::{self, Guard, LockMode};
+use crate::fence::{self, Guard};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{canonical_json, Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::refs;
 use crate::store::tasks::{self as store, Checkpoint};
 
@@ -129,9 +129,15 @@ pub fn create(
         );
     }
     gate.claim(conn, &[task_id])?;
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
-    let id = store::insert_checkpoint(
+    let (task, held) = fence::guard(
+        conn,
+        task_id,
+        caller.id(),
+        value.lease_version,
+        None,
+        Guard::Work,
+    )?;
+    let mut checkpoint = store::insert_checkpoint(
         conn,
         task_id,
         orbit_id,
@@ -143,9 +149,8 @@ pub fn create(
         &artifact_ids,
         task.now,
     )?;
-    let mut checkpoint = store::checkpoint(conn, id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let id = checkpoint.id;
+    let rev = gate.record(
         orbit_id,
         caller.id(),
         Change {

@@ -18,7 +18,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::contributions::{
     self as store, Contribution, ContributionKind, ContributionRevision,
 };
@@ -184,8 +184,7 @@ pub fn create(
         problems::count_contribution(conn, problem_id, value.kind)?;
     }
     let mut out = written_contribution(conn, id)?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -402,8 +401,7 @@ pub fn revise(
         problems::uncount_verdicts(conn, problem_id, &head.verdicts)?;
     }
     let mut out = written_contribution(conn, id)?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         head.orbit_id,
         caller.id(),
         Change {

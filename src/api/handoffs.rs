@@ -20,7 +20,7 @@ use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
 use crate::store::tasks::{self as task_store, Lease};
@@ -147,15 +147,15 @@ pub fn offer(
     }
     errors.finish()?;
     gate.claim(conn, &[task_id])?;
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    let held = fence::check(
+    let (task, held) = fence::guard(
         conn,
-        &task,
+        task_id,
         caller.id(),
         value.lease_version,
+        None,
         Guard::ReleaseOrOffer,
     )?;
-    let superseded = store::supersede_pending(conn, task_id, task.now)?;
+    let superseded = store::supersede_pending(conn, &task)?;
     let id = store::insert(
         conn,
         orbit_id,
@@ -175,8 +175,7 @@ pub fn offer(
     for h in superseded {
         summary.push_str(&format!("; handoff {h} superseded"));
     }
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         orbit_id,
         caller.id(),
         Change {
@@ -348,7 +347,7 @@ pub fn accept(
         }
     }
     let version = task.lease_version + 1;
-    let lease_id = task_store::insert_lease(
+    let lease = task_store::insert_lease(
         conn,
         h.task_id,
         h.orbit_id,
@@ -357,6 +356,7 @@ pub fn accept(
         task.now,
         seconds,
     )?;
+    let lease_id = lease.id;
     store::finish(
         conn,
         handoff_id,
@@ -370,12 +370,8 @@ pub fn accept(
         "; lease v{version} issued to contributor {}",
         caller.id()
     ));
-    // Read back before the revision: the orbit lock is then held only for
-    // the last statements before commit.
     let handoff = written_handoff(conn, handoff_id, None)?;
-    let lease = task_store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         h.orbit_id,
         caller.id(),
         Change {
@@ -413,6 +409,7 @@ impl Validate for DeclineHandoff {
 /// Shared by decline and withdraw: ends a PENDING handoff under the locks.
 fn end_pending(
     conn: &mut diesel::PgConnection,
+    gate: &mut Gate,
     handoff_id: i64,
     caller: i64,
     status: HandoffStatus,
@@ -427,8 +424,7 @@ fn end_pending(
         HandoffStatus::Declined => ("handoff.declined", "declined"),
         _ => ("handoff.withdrawn", "withdrawn"),
     };
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         h.orbit_id,
         caller,
         Change {
@@ -495,6 +491,7 @@ pub fn decline(
     gate.claim(conn, &[handoff_id])?;
     end_pending(
         conn,
+        gate,
         handoff_id,
         caller.id(),
         HandoffStatus::Declined,
@@ -552,6 +549,7 @@ pub fn withdraw(
     gate.claim(conn, &[handoff_id])?;
     end_pending(
         conn,
+        gate,
         handoff_id,
         caller.id(),
         HandoffStatus::Withdrawn,

@@ -16,8 +16,9 @@ use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::handoffs;
+use crate::store::orbits::{member_or_forbidden, Role};
 use crate::store::tasks::{self as store, Lease};
 
 pub const DEFAULT_DURATION: i64 = 900;
@@ -122,7 +123,7 @@ pub fn acquire(
     if !task.is_open() {
         return Err(task_closed(&task.status).into());
     }
-    if let Some(h) = handoffs::pending_from(conn, task_id, caller.id(), task.now)? {
+    if let Some(h) = task.pending_from(caller.id()) {
         return Err(fence::handed_off(h.id, h.to_contributor).into());
     }
     let mut summary = String::new();
@@ -141,11 +142,11 @@ pub fn acquire(
         store::end_lease(conn, open.id, task.now, "EXPIRED")?;
         summary.push_str(&format!("; lease v{} expired", open.lease_version));
     }
-    for h in handoffs::supersede_pending(conn, task_id, task.now)? {
+    for h in handoffs::supersede_pending(conn, &task)? {
         summary.push_str(&format!("; handoff {h} superseded"));
     }
     let version = task.lease_version + 1;
-    let lease_id = store::insert_lease(
+    let mut out = store::insert_lease(
         conn,
         task_id,
         orbit_id,
@@ -154,11 +155,8 @@ pub fn acquire(
         task.now,
         seconds,
     )?;
-    // Read back before the revision: the orbit lock is then held only for
-    // the last statements before commit.
-    let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let lease_id = out.id;
+    let rev = gate.record(
         orbit_id,
         caller.id(),
         Change {
@@ -272,9 +270,10 @@ fn lease_task(
     lease_id: i64,
     caller: i64,
 ) -> TxResult<(i64, i64, i64)> {
-    let lease = store::lease(conn, lease_id)?.ok_or_else(|| ApiError::not_found("Lease"))?;
-    let (orbit_id, _) = task_member(conn, lease.task_id, caller)?;
-    Ok((lease.task_id, orbit_id, lease.lease_version))
+    let found = store::lease_orbit_role(conn, lease_id, caller)?
+        .ok_or_else(|| ApiError::not_found("Lease"))?;
+    member_or_forbidden(found.role.and_then(|r| Role::parse(&r)))?;
+    Ok((found.task_id, found.orbit_id, found.lease_version))
 }
 
 pub static RENEW_LEASE: Operation = Operation::required("POST", "/api/v1/leases/{lease}/renew");
@@ -322,17 +321,16 @@ pub fn renew(
     let value = body.check()?;
     let seconds = duration(state, value.duration_seconds)?;
     gate.claim(conn, &[lease_id])?;
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    if path_version != value.lease_version {
-        return Err(fence::stale(&task).into());
-    }
-    let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
-    store::renew_lease(conn, held.lease_id, task.now, seconds)?;
-    // Read back before the revision: the orbit lock is then held only for
-    // the last statements before commit.
-    let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
+    let (task, held) = fence::guard(
         conn,
+        task_id,
+        caller.id(),
+        value.lease_version,
+        Some(path_version),
+        Guard::Work,
+    )?;
+    let mut out = store::renew_lease(conn, held.lease_id, task.now, seconds)?;
+    let rev = gate.record(
         orbit_id,
         caller.id(),
         Change {
@@ -389,23 +387,16 @@ pub fn release(
     let (task_id, orbit_id, path_version) = lease_task(conn, lease_id, caller.id())?;
     let value = body.check()?;
     gate.claim(conn, &[lease_id])?;
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    if path_version != value.lease_version {
-        return Err(fence::stale(&task).into());
-    }
-    let held = fence::check(
+    let (task, held) = fence::guard(
         conn,
-        &task,
+        task_id,
         caller.id(),
         value.lease_version,
+        Some(path_version),
         Guard::ReleaseOrOffer,
     )?;
-    store::end_lease(conn, held.lease_id, task.now, "RELEASED")?;
-    // Read back before the revision: the orbit lock is then held only for
-    // the last statements before commit.
-    let mut out = store::lease(conn, lease_id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let mut out = store::end_lease_returning(conn, held.lease_id, task.now, "RELEASED")?;
+    let rev = gate.record(
         orbit_id,
         caller.id(),
         Change {
@@ -474,8 +465,8 @@ pub fn fence_verdict(
 ) -> TxResult<FenceVerdict> {
     task_member(conn, task_id, caller.id())?;
     let version = body.check()?.lease_version;
-    let task = fence::lock(conn, task_id, LockMode::Share)?;
-    let held = fence::check(conn, &task, caller.id(), version, Guard::Work)?;
+    let task = fence::lock_for(conn, task_id, LockMode::Share, caller.id(), version)?;
+    let held = fence::check(&task, caller.id(), version, Guard::Work)?;
     Ok(FenceVerdict {
         verdict: "PROCEED".into(),
         lease_id: held.lease_id,

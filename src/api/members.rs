@@ -18,7 +18,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::contributors as contributors_store;
 use crate::store::orbits::{self as store, Member, Role};
 
@@ -178,8 +178,7 @@ pub async fn put_member(
                     ),
                 )
             };
-            let orbit_revision = revision::record(
-                conn,
+            let orbit_revision = gate.record(
                 orbit.id,
                 caller.id(),
                 Change {
@@ -281,8 +280,7 @@ pub async fn delete_member(
                 summary.push_str("; ");
                 summary.push_str(&part);
             }
-            let orbit_revision = revision::record(
-                conn,
+            let orbit_revision = gate.record(
                 orbit.id,
                 caller.id(),
                 Change {

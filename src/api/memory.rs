@@ -12,7 +12,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::memory::{self as store, MemoryRecord};
 use crate::store::orbits as orbit_store;
 
@@ -119,8 +119,7 @@ pub fn create(
         value.tags.as_deref().unwrap_or_default(),
     )?;
     let mut out = store::record(conn, id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         orbit.id,
         caller.id(),
         Change {

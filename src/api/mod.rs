@@ -158,14 +158,8 @@ where
             retention,
         );
         match work(conn, &caller, &mut gate) {
-            Ok(reply) => {
-                gate.store(
-                    conn,
-                    &Stored {
-                        status: reply.status,
-                        body: reply.body.clone(),
-                    },
-                )?;
+            Ok(mut reply) => {
+                gate.finish(conn, reply.status, &mut reply.body)?;
                 Ok(Outcome::Done(reply))
             }
             Err(TxError::Replay(stored)) => Ok(Outcome::Replayed(stored)),
@@ -176,7 +170,7 @@ where
     Ok(match outcome {
         Outcome::Done(reply) => {
             if let Some(orbit_id) = reply.orbit_id {
-                state.hub.notify(orbit_id);
+                state.hub.publish(orbit_id);
             }
             Written {
                 status: reply.status,

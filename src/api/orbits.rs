@@ -12,7 +12,7 @@ use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyOptional, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::orbits::{self as store, JoinPolicy, Member, Orbit, Role};
 
 /// Path parameter: an orbit id or its slug.
@@ -119,8 +119,7 @@ pub async fn create_orbit(
             .ok_or_else(|| {
                 ApiError::conflict("slug_taken", "An orbit with this slug already exists.")
             })?;
-            let orbit_revision = revision::record(
-                conn,
+            let orbit_revision = gate.record(
                 id,
                 caller.id(),
                 Change {
@@ -131,7 +130,10 @@ pub async fn create_orbit(
                     summary: format!("orbit {} created", value.slug),
                 },
             )?;
-            let orbit = store::find_by_id(conn, id)?.ok_or(ApiError::internal())?;
+            let mut orbit = store::find_by_id(conn, id)?.ok_or(ApiError::internal())?;
+            // The orbit is new and not yet visible to others: the change recorded
+            // above, applied as the transaction's last statement, makes it revision 1.
+            orbit.revision += 1;
             Reply::created(
                 &OrbitWritten {
                     orbit,
@@ -264,8 +266,7 @@ pub fn join(
         )
         .into());
     }
-    let orbit_revision = revision::record(
-        conn,
+    let orbit_revision = gate.record(
         orbit.id,
         caller.id(),
         Change {

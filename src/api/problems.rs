@@ -12,7 +12,7 @@ use crate::db::{self, TxError, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::contributions as contribution_store;
 use crate::store::handoffs as handoff_store;
 use crate::store::orbits::{self as orbit_store, Role};
@@ -92,8 +92,7 @@ pub async fn create_problem(
             gate.claim(conn, &[orbit.id])?;
             let id = store::insert(conn, orbit.id, &value.title, &value.statement, caller.id())?;
             let mut out = written_problem(conn, id)?;
-            let rev = revision::record(
-                conn,
+            let rev = gate.record(
                 orbit.id,
                 caller.id(),
                 Change {
@@ -231,8 +230,7 @@ pub async fn set_problem_status(
             gate.claim(conn, &[problem_id])?;
             let old = store::set_status(conn, problem_id, value.status)?;
             let mut out = written_problem(conn, problem_id)?;
-            let rev = revision::record(
-                conn,
+            let rev = gate.record(
                 orbit_id,
                 caller.id(),
                 Change {

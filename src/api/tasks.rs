@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
-use crate::revision::{self, Change};
+use crate::revision::Change;
 use crate::store::handoffs;
 use crate::store::orbits::{self as orbit_store, Role};
 use crate::store::tasks::{self as store, Task, TaskStatus};
@@ -118,11 +118,8 @@ pub fn create(
         value.description.as_deref().unwrap_or(""),
         caller.id(),
     )?;
-    // Read back before the revision: the orbit lock is then held only for
-    // the last statements before commit.
     let mut out = store::task(conn, id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -220,9 +217,10 @@ pub fn task_member(
     task_id: i64,
     caller: i64,
 ) -> TxResult<(i64, Role)> {
-    let orbit_id = store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-    let role = orbit_store::require_member(conn, orbit_id, caller)?;
-    Ok((orbit_id, role))
+    let (orbit_id, role) = store::task_orbit_role(conn, task_id, caller)?
+        .ok_or_else(|| ApiError::not_found("Task"))?;
+    let role = role.and_then(|r| Role::parse(&r));
+    Ok((orbit_id, orbit_store::member_or_forbidden(role)?))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -300,9 +298,15 @@ pub fn complete(
         }
     }
     gate.claim(conn, &[task_id])?;
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    let held = fence::check(conn, &task, caller.id(), value.lease_version, Guard::Work)?;
-    let superseded = handoffs::supersede_pending(conn, task_id, task.now)?;
+    let (task, held) = fence::guard(
+        conn,
+        task_id,
+        caller.id(),
+        value.lease_version,
+        None,
+        Guard::Work,
+    )?;
+    let superseded = handoffs::supersede_pending(conn, &task)?;
     store::end_lease(conn, held.lease_id, task.now, "COMPLETED")?;
     store::close_task(
         conn,
@@ -320,11 +324,8 @@ pub fn complete(
     for h in superseded {
         summary.push_str(&format!("; handoff {h} superseded"));
     }
-    // Read back before the revision: the orbit lock is then held only for
-    // the last statements before commit.
     let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
-    let rev = revision::record(
-        conn,
+    let rev = gate.record(
         orbit_id,
         caller.id(),
         Change {
@@ -396,7 +397,7 @@ pub async fn cancel_task(
             if !task.is_open() {
                 return Err(task_closed(&task.status).into());
             }
-            let superseded = handoffs::supersede_pending(conn, task_id, task.now)?;
+            let superseded = handoffs::supersede_pending(conn, &task)?;
             let mut summary = format!("task {task_id} cancelled");
             if let Some(lease) = &task.open_lease {
                 store::end_lease(conn, lease.id, task.now, "CANCELLED")?;
@@ -418,11 +419,8 @@ pub async fn cancel_task(
                 None,
                 value.reason.as_deref(),
             )?;
-            // Read back before the revision: the orbit lock is then held only for
-            // the last statements before commit.
             let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
-            let rev = revision::record(
-                conn,
+            let rev = gate.record(
                 orbit_id,
                 caller.id(),
                 Change {

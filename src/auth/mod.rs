@@ -22,8 +22,15 @@ use sha2::Sha256;
 
 use crate::api::types::ContributorActor;
 use crate::db::schema::{contributors, tokens};
+use crate::db::BindNext;
 use crate::db::TxResult;
 use crate::error::ApiError;
+
+diesel::define_sql_function! {
+    /// The database clock. A declared function, unlike a `sql` literal, lets diesel
+    /// keep the token query prepared (it runs on every authenticated request).
+    fn clock_timestamp() -> diesel::sql_types::Timestamptz;
+}
 
 const CACHE_TTL: Duration = Duration::from_secs(60);
 const CACHE_MAX_ENTRIES: usize = 100_000;
@@ -206,7 +213,7 @@ impl Bearer {
             tokens::secret_hash,
             tokens::last_used_at,
             tokens::revoked_at,
-            diesel::dsl::sql::<diesel::sql_types::Timestamptz>("clock_timestamp()"),
+            clock_timestamp(),
             (
                 contributors::id,
                 contributors::kind,
@@ -258,7 +265,7 @@ impl Bearer {
         if stale {
             // Never wait for this bookkeeping: another request of the same token may
             // hold the row; it records the use then.
-            diesel::sql_query(
+            crate::db::sql(
                 "UPDATE tokens SET last_used_at = $2 WHERE id = ( \
                      SELECT id FROM tokens WHERE id = $1 FOR UPDATE SKIP LOCKED)",
             )

@@ -1019,12 +1019,26 @@ impl Bulk {
         Ok(ids)
     }
 
+    /// Gives the bulk-loaded tables statistics, as a database that grew through use
+    /// would have. Tables still empty are left never-analyzed: statistics saying
+    /// "empty" would make the planner trust their tiny size and keep sequential-scan
+    /// plans for the tables the load then fills (autovacuum would fix that only
+    /// after its next round, a minute later).
     fn analyze(&self) -> Result<(), String> {
         let mut conn = self.conn()?;
-        diesel::sql_query("ANALYZE")
-            .execute(&mut conn)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        diesel::sql_query(
+            "DO $$ DECLARE t regclass; filled boolean; BEGIN \
+                 FOR t IN SELECT c.oid FROM pg_class c \
+                          JOIN pg_namespace n ON n.oid = c.relnamespace \
+                          WHERE n.nspname = current_schema() AND c.relkind = 'r' LOOP \
+                     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', t) INTO filled; \
+                     IF filled THEN EXECUTE format('ANALYZE %s', t); END IF; \
+                 END LOOP; \
+             END $$",
+        )
+        .execute(&mut conn)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 
     /// Inserts `n` contributions of a problem (one revision each) with their

@@ -2,6 +2,8 @@
 //! and the private cluster used when no `DATABASE_URL` is configured.
 
 pub mod embedded;
+pub mod sql;
+pub use sql::{sql, BindNext};
 pub mod schema;
 
 use std::time::Duration;

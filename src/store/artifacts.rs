@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::types::{ts, ContributorActor};
+use crate::db::BindNext;
 
 /// A stored file's metadata. The bytes are at `GET /api/v1/artifacts/{id}/content`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -87,7 +88,7 @@ const ARTIFACT_SELECT: &str = "SELECT f.id, f.orbit_id, f.name, f.media_type, f.
     FROM artifacts f JOIN contributors c ON c.id = f.created_by";
 
 pub fn artifact(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Artifact>> {
-    diesel::sql_query(format!("{ARTIFACT_SELECT} WHERE f.id = $1"))
+    crate::db::sql(format!("{ARTIFACT_SELECT} WHERE f.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<ArtifactRow>(conn)
         .optional()
@@ -100,7 +101,7 @@ pub fn artifacts_of_orbit(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Artifact>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{ARTIFACT_SELECT} WHERE f.orbit_id = $1 AND f.id > $2 ORDER BY f.id LIMIT $3"
     ))
     .bind::<BigInt, _>(orbit_id)
@@ -122,7 +123,7 @@ pub struct ContentHead {
 }
 
 pub fn content_head(conn: &mut PgConnection, id: i64) -> QueryResult<Option<ContentHead>> {
-    diesel::sql_query("SELECT name, media_type, sha256 FROM artifacts WHERE id = $1")
+    crate::db::sql("SELECT name, media_type, sha256 FROM artifacts WHERE id = $1")
         .bind::<BigInt, _>(id)
         .get_result(conn)
         .optional()
@@ -134,7 +135,7 @@ pub fn content(conn: &mut PgConnection, id: i64) -> QueryResult<Vec<u8>> {
         #[diesel(sql_type = Bytea)]
         content: Vec<u8>,
     }
-    diesel::sql_query("SELECT content FROM artifacts WHERE id = $1")
+    crate::db::sql("SELECT content FROM artifacts WHERE id = $1")
         .bind::<BigInt, _>(id)
         .get_result::<Row>(conn)
         .map(|r| r.content)
@@ -156,7 +157,7 @@ pub fn insert(
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
-    diesel::sql_query(
+    crate::db::sql(
         "INSERT INTO artifacts (orbit_id, name, media_type, size_bytes, sha256, content, created_by) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::types::{ts, ContributorActor};
+use crate::db::BindNext;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -257,7 +258,7 @@ const CONTRIBUTION_SELECT: &str = "SELECT c.id, c.orbit_id, c.kind, c.revision, 
     FROM contributions c JOIN contributors a ON a.id = c.author_id";
 
 pub fn contribution(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Contribution>> {
-    diesel::sql_query(format!("{CONTRIBUTION_SELECT} WHERE c.id = $1"))
+    crate::db::sql(format!("{CONTRIBUTION_SELECT} WHERE c.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<ContributionRow>(conn)
         .optional()
@@ -274,7 +275,7 @@ pub fn contributions_of_orbit(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Contribution>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{CONTRIBUTION_SELECT} WHERE c.orbit_id = $1 AND c.id > $2 \
            AND ($3::text IS NULL OR c.kind = $3) \
            AND ($4::bigint IS NULL OR c.problem_id = $4) \
@@ -297,7 +298,7 @@ pub fn latest_of_problem(
     problem_id: i64,
     n: i64,
 ) -> QueryResult<Vec<Contribution>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{CONTRIBUTION_SELECT} WHERE c.problem_id = $1 ORDER BY c.id DESC LIMIT $2"
     ))
     .bind::<BigInt, _>(problem_id)
@@ -356,7 +357,7 @@ pub fn revision(
     contribution_id: i64,
     revision: i64,
 ) -> QueryResult<Option<ContributionRevision>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{REVISION_SELECT} WHERE r.contribution_id = $1 AND r.revision = $2"
     ))
     .bind::<BigInt, _>(contribution_id)
@@ -373,7 +374,7 @@ pub fn revisions(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<ContributionRevision>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{REVISION_SELECT} WHERE r.contribution_id = $1 AND r.revision > $2 \
          ORDER BY r.revision LIMIT $3"
     ))
@@ -432,7 +433,7 @@ const ASSESSMENT_SELECT: &str = "SELECT s.id, s.contribution_id, s.contribution_
     FROM assessments s JOIN contributors a ON a.id = s.assessor_id";
 
 pub fn assessment(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Assessment>> {
-    diesel::sql_query(format!("{ASSESSMENT_SELECT} WHERE s.id = $1"))
+    crate::db::sql(format!("{ASSESSMENT_SELECT} WHERE s.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<AssessmentRow>(conn)
         .optional()
@@ -447,7 +448,7 @@ pub fn assessments(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Assessment>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{ASSESSMENT_SELECT} WHERE s.contribution_id = $1 \
            AND ($2::bigint IS NULL OR s.contribution_revision = $2) AND s.id > $3 \
          ORDER BY s.id LIMIT $4"
@@ -484,7 +485,7 @@ const HEAD_SELECT: &str = "SELECT id, orbit_id, author_id, problem_id, task_id, 
 
 /// Reads the head without locking (for the 404 and 403 checks before the key claim).
 pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<ContributionHead>> {
-    diesel::sql_query(HEAD_SELECT)
+    crate::db::sql(HEAD_SELECT)
         .bind::<BigInt, _>(id)
         .get_result(conn)
         .optional()
@@ -494,7 +495,7 @@ pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Contribution
 /// writers that name it are not blocked) and reads its current state. Revisions and
 /// assessments of one contribution are ordered by this lock.
 pub fn lock(conn: &mut PgConnection, id: i64) -> QueryResult<ContributionHead> {
-    diesel::sql_query(format!("{HEAD_SELECT} FOR NO KEY UPDATE"))
+    crate::db::sql(format!("{HEAD_SELECT} FOR NO KEY UPDATE"))
         .bind::<BigInt, _>(id)
         .get_result(conn)
 }
@@ -515,7 +516,7 @@ pub fn insert(
     body: &str,
     artifact_ids: &[i64],
 ) -> QueryResult<i64> {
-    diesel::sql_query(
+    crate::db::sql(
         "WITH t AS (SELECT clock_timestamp() AS now), \
          c AS ( \
              INSERT INTO contributions (orbit_id, kind, author_id, problem_id, task_id, \
@@ -549,7 +550,7 @@ pub fn insert_revision(
     body: Option<&str>,
     artifact_ids: Option<&[i64]>,
 ) -> QueryResult<i64> {
-    diesel::sql_query(
+    crate::db::sql(
         "WITH t AS (SELECT clock_timestamp() AS now), \
          c AS ( \
              UPDATE contributions c SET revision = c.revision + 1, \
@@ -585,7 +586,7 @@ pub fn insert_assessment(
     evidence: &[i64],
     assessor: i64,
 ) -> QueryResult<i64> {
-    diesel::sql_query(
+    crate::db::sql(
         "INSERT INTO assessments (contribution_id, contribution_revision, orbit_id, verdict, \
                                   rationale, evidence_contribution_ids, assessor_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
@@ -605,7 +606,7 @@ pub fn insert_assessment(
 /// holds `lock`.
 pub fn count_verdict(conn: &mut PgConnection, id: i64, verdict: Verdict) -> QueryResult<()> {
     let column = verdict.column();
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "UPDATE contributions SET {column} = {column} + 1 WHERE id = $1"
     ))
     .bind::<BigInt, _>(id)

@@ -19,7 +19,7 @@ pub fn pending_from(
     giver: i64,
     now: DateTime<Utc>,
 ) -> QueryResult<Option<PendingRef>> {
-    diesel::sql_query(
+    crate::db::sql(
         "SELECT id, to_contributor FROM handoffs \
          WHERE task_id = $1 AND from_contributor = $2 AND status = 'PENDING' AND expires_at > $3",
     )
@@ -34,9 +34,13 @@ pub fn pending_from(
 /// its expiry. Returns the ids that were superseded (live ones).
 pub fn supersede_pending(
     conn: &mut PgConnection,
-    task_id: i64,
-    now: DateTime<Utc>,
+    task: &crate::fence::LockedTask,
 ) -> QueryResult<Vec<i64>> {
+    // The lock read the task's PENDING handoff: none, nothing to end.
+    if task.pending_handoff.is_none() {
+        return Ok(Vec::new());
+    }
+    let (task_id, now) = (task.id, task.now);
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
@@ -44,7 +48,7 @@ pub fn supersede_pending(
         #[diesel(sql_type = diesel::sql_types::Bool)]
         live: bool,
     }
-    let rows: Vec<Row> = diesel::sql_query(
+    let rows: Vec<Row> = crate::db::sql(
         "UPDATE handoffs SET \
              status = CASE WHEN expires_at > $2 THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
              ended_at = CASE WHEN expires_at > $2 THEN $2 ELSE expires_at END \
@@ -64,6 +68,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::types::{ts, ts_opt, ContributorActor};
+use crate::db::BindNext;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -235,7 +240,7 @@ fn select() -> String {
 }
 
 pub fn handoff(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Handoff>> {
-    diesel::sql_query(format!("{} WHERE h.id = $1", select()))
+    crate::db::sql(format!("{} WHERE h.id = $1", select()))
         .bind::<BigInt, _>(id)
         .get_result::<HandoffRow>(conn)
         .optional()
@@ -248,7 +253,7 @@ pub fn handoffs_of_task(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Handoff>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{} WHERE h.task_id = $1 AND h.id > $2 ORDER BY h.id LIMIT $3",
         select()
     ))
@@ -276,7 +281,7 @@ pub fn mailbox(
            AND EXISTS (SELECT 1 FROM memberships m WHERE m.orbit_id = h.orbit_id \
                        AND m.contributor_id = $1)))"
     };
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{} WHERE {who} AND h.id > $2 AND ($3::text IS NULL OR {STATUS_EXPR} = $3) \
          ORDER BY h.id LIMIT $4",
         select()
@@ -309,7 +314,7 @@ pub struct HandoffLock {
 }
 
 pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>> {
-    diesel::sql_query(
+    crate::db::sql(
         "SELECT id, orbit_id, task_id, status, from_contributor, to_contributor, expires_at \
          FROM handoffs WHERE id = $1",
     )
@@ -320,7 +325,7 @@ pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>
 
 /// Locks a handoff row (after its task's row: see the lock order in `fence`).
 pub fn lock(conn: &mut PgConnection, id: i64) -> QueryResult<HandoffLock> {
-    diesel::sql_query(
+    crate::db::sql(
         "SELECT id, orbit_id, task_id, status, from_contributor, to_contributor, expires_at \
          FROM handoffs WHERE id = $1 FOR UPDATE",
     )
@@ -346,7 +351,7 @@ pub fn insert(
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
-    diesel::sql_query(
+    crate::db::sql(
         "INSERT INTO handoffs (orbit_id, task_id, checkpoint_id, lease_version, message, \
                                from_contributor, to_contributor, created_at, expires_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8 + make_interval(secs => $9)) RETURNING id",
@@ -374,7 +379,7 @@ pub fn finish(
     accepted_lease_id: Option<i64>,
     decline_reason: Option<&str>,
 ) -> QueryResult<()> {
-    diesel::sql_query(
+    crate::db::sql(
         "UPDATE handoffs SET status = $2, ended_at = $3, accepted_by = $4, \
              accepted_at = CASE WHEN $4::bigint IS NULL THEN NULL ELSE $3 END, \
              accepted_lease_id = $5, decline_reason = $6 \
@@ -401,11 +406,9 @@ pub fn checkpoint_of_task(
         #[diesel(sql_type = diesel::sql_types::Bool)]
         ok: bool,
     }
-    diesel::sql_query(
-        "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE id = $1 AND task_id = $2) AS ok",
-    )
-    .bind::<BigInt, _>(checkpoint_id)
-    .bind::<BigInt, _>(task_id)
-    .get_result::<B>(conn)
-    .map(|b| b.ok)
+    crate::db::sql("SELECT EXISTS (SELECT 1 FROM checkpoints WHERE id = $1 AND task_id = $2) AS ok")
+        .bind::<BigInt, _>(checkpoint_id)
+        .bind::<BigInt, _>(task_id)
+        .get_result::<B>(conn)
+        .map(|b| b.ok)
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::types::{ts, ContributorActor};
+use crate::db::BindNext;
 
 /// A memory record (original behaviour: every POST creates one).
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -75,7 +76,7 @@ const MEMORY_SELECT: &str = "SELECT m.id, m.orbit_id, m.content, m.tags, m.creat
     FROM memory_records m JOIN contributors a ON a.id = m.author_id";
 
 pub fn record(conn: &mut PgConnection, id: i64) -> QueryResult<Option<MemoryRecord>> {
-    diesel::sql_query(format!("{MEMORY_SELECT} WHERE m.id = $1"))
+    crate::db::sql(format!("{MEMORY_SELECT} WHERE m.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<MemoryRow>(conn)
         .optional()
@@ -101,7 +102,7 @@ pub fn records_of_orbit(
              ORDER BY m.id LIMIT $4"
         ),
     };
-    diesel::sql_query(query)
+    crate::db::sql(query)
         .bind::<BigInt, _>(orbit_id)
         .bind::<BigInt, _>(after)
         .bind::<Nullable<Text>, _>(tag)
@@ -122,7 +123,7 @@ pub fn insert(
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
-    diesel::sql_query(
+    crate::db::sql(
         "INSERT INTO memory_records (orbit_id, author_id, content, tags) \
          VALUES ($1, $2, $3, $4) RETURNING id",
     )

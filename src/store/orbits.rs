@@ -216,7 +216,12 @@ pub fn require_member(
     orbit_id: i64,
     contributor_id: i64,
 ) -> TxResult<Role> {
-    role_of(conn, orbit_id, contributor_id)?.ok_or_else(|| {
+    member_or_forbidden(role_of(conn, orbit_id, contributor_id)?)
+}
+
+/// A role already looked up, or 403 `not_a_member`.
+pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
+    role.ok_or_else(|| {
         ApiError::forbidden(
             "not_a_member",
             "Only members of this orbit may write in it.",

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::types::{ts, ContributorActor};
+use crate::db::BindNext;
 use crate::store::contributions::{Contribution, ContributionKind, VerdictCounts};
 use crate::store::handoffs::Handoff;
 
@@ -180,7 +181,7 @@ struct Id {
 }
 
 pub fn problem(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Problem>> {
-    diesel::sql_query(format!("{PROBLEM_SELECT} WHERE p.id = $1"))
+    crate::db::sql(format!("{PROBLEM_SELECT} WHERE p.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<ProblemRow>(conn)
         .optional()
@@ -194,7 +195,7 @@ pub fn problems_of_orbit(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Problem>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{PROBLEM_SELECT} WHERE p.orbit_id = $1 AND p.id > $2 \
            AND ($3::text IS NULL OR p.status = $3) \
          ORDER BY p.id LIMIT $4"
@@ -209,7 +210,7 @@ pub fn problems_of_orbit(
 
 /// The orbit a problem belongs to (for permission checks), without locking.
 pub fn problem_orbit(conn: &mut PgConnection, id: i64) -> QueryResult<Option<i64>> {
-    diesel::sql_query("SELECT orbit_id AS id FROM problems WHERE id = $1")
+    crate::db::sql("SELECT orbit_id AS id FROM problems WHERE id = $1")
         .bind::<BigInt, _>(id)
         .get_result::<Id>(conn)
         .optional()
@@ -224,7 +225,7 @@ pub fn insert(
     statement: &str,
     creator: i64,
 ) -> QueryResult<i64> {
-    diesel::sql_query(
+    crate::db::sql(
         "WITH t AS (SELECT clock_timestamp() AS now), \
          p AS ( \
              INSERT INTO problems (orbit_id, title, statement, created_by, created_at, updated_at) \
@@ -247,15 +248,13 @@ pub fn set_status(conn: &mut PgConnection, id: i64, status: ProblemStatus) -> Qu
         #[diesel(sql_type = Text)]
         status: String,
     }
-    let old: Old = diesel::sql_query("SELECT status FROM problems WHERE id = $1 FOR NO KEY UPDATE")
+    let old: Old = crate::db::sql("SELECT status FROM problems WHERE id = $1 FOR NO KEY UPDATE")
         .bind::<BigInt, _>(id)
         .get_result(conn)?;
-    diesel::sql_query(
-        "UPDATE problems SET status = $2, updated_at = clock_timestamp() WHERE id = $1",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<Text, _>(status.as_str())
-    .execute(conn)?;
+    crate::db::sql("UPDATE problems SET status = $2, updated_at = clock_timestamp() WHERE id = $1")
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(status.as_str())
+        .execute(conn)?;
     Ok(old.status)
 }
 
@@ -269,7 +268,7 @@ pub fn count_contribution(
     kind: ContributionKind,
 ) -> QueryResult<()> {
     let column = kind.column();
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "UPDATE problem_counters SET {column} = {column} + 1 WHERE problem_id = $1"
     ))
     .bind::<BigInt, _>(problem_id)
@@ -284,7 +283,7 @@ pub fn count_verdict(
     verdict: crate::store::contributions::Verdict,
 ) -> QueryResult<()> {
     let column = verdict.column();
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "UPDATE problem_counters SET {column} = {column} + 1 WHERE problem_id = $1"
     ))
     .bind::<BigInt, _>(problem_id)
@@ -302,7 +301,7 @@ pub fn uncount_verdicts(
     if *old == VerdictCounts::default() {
         return Ok(());
     }
-    diesel::sql_query(
+    crate::db::sql(
         "UPDATE problem_counters SET supports = supports - $2, disputes = disputes - $3, \
              inconclusive = inconclusive - $4, needs_work = needs_work - $5 \
          WHERE problem_id = $1",
@@ -346,7 +345,7 @@ pub fn counters(
     // its task by primary key. The per-row subquery keeps the planner from scanning
     // the problem's tasks instead. An unended lease only exists on an OPEN task, so
     // LEASED is a part of the OPEN counter.
-    let row: Option<Row> = diesel::sql_query(
+    let row: Option<Row> = crate::db::sql(
         "SELECT pc.tasks_open, pc.tasks_completed, pc.tasks_cancelled, \
                 (SELECT count(*) FROM leases l \
                  WHERE l.orbit_id = $1 AND l.end_reason IS NULL \
@@ -384,7 +383,7 @@ pub fn pending_handoff_ids(
     orbit_id: i64,
     problem_id: i64,
 ) -> QueryResult<Vec<i64>> {
-    diesel::sql_query(
+    crate::db::sql(
         "SELECT h.id FROM handoffs h \
          WHERE h.orbit_id = $1 AND h.status = 'PENDING' AND h.expires_at > clock_timestamp() \
            AND (SELECT t.problem_id FROM tasks t WHERE t.id = h.task_id) = $2 \
@@ -399,7 +398,7 @@ pub fn pending_handoff_ids(
 
 /// The orbit's revision as this connection's snapshot sees it.
 pub fn orbit_revision(conn: &mut PgConnection, orbit_id: i64) -> QueryResult<i64> {
-    diesel::sql_query("SELECT revision AS id FROM orbits WHERE id = $1")
+    crate::db::sql("SELECT revision AS id FROM orbits WHERE id = $1")
         .bind::<BigInt, _>(orbit_id)
         .get_result::<Id>(conn)
         .map(|r| r.id)

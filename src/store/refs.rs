@@ -4,6 +4,8 @@
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool};
 
+use crate::db::BindNext;
+
 #[derive(QueryableByName)]
 struct Found {
     #[diesel(sql_type = Bool)]
@@ -16,7 +18,7 @@ fn exists_in_orbit(
     orbit_id: i64,
     id: i64,
 ) -> QueryResult<bool> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "SELECT EXISTS (SELECT 1 FROM {table} WHERE id = $1 AND orbit_id = $2) AS found"
     ))
     .bind::<BigInt, _>(id)
@@ -35,7 +37,7 @@ fn all_in_orbit(
     if ids.is_empty() {
         return Ok(true);
     }
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "SELECT (SELECT count(*) FROM {table} WHERE orbit_id = $1 AND id = ANY($2)) \
               = (SELECT count(DISTINCT x) FROM unnest($2) AS x) AS found"
     ))

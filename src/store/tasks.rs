@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::types::{ts, ts_opt, ContributorActor};
+use crate::db::BindNext;
 
 fn actor(id: i64, kind: String, name: String, model_claim: Option<String>) -> ContributorActor {
     ContributorActor {
@@ -201,16 +202,25 @@ impl From<LeaseRow> for Lease {
     }
 }
 
-const LEASE_SELECT: &str = "SELECT l.id, l.task_id, l.lease_version, l.acquired_at, l.expires_at, \
+macro_rules! lease_columns {
+    () => {
+        "l.id, l.task_id, l.lease_version, l.acquired_at, l.expires_at, \
         l.renewed_at, l.released_at, \
         COALESCE(l.end_reason, CASE WHEN l.expires_at <= clock_timestamp() THEN 'EXPIRED' END) \
             AS end_reason, \
         (l.end_reason IS NULL AND l.expires_at > clock_timestamp()) AS is_active, \
-        c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim \
-    FROM leases l JOIN contributors c ON c.id = l.contributor_id";
+        c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim"
+    };
+}
+
+const LEASE_SELECT: &str = concat!(
+    "SELECT ",
+    lease_columns!(),
+    " FROM leases l JOIN contributors c ON c.id = l.contributor_id"
+);
 
 pub fn lease(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Lease>> {
-    diesel::sql_query(format!("{LEASE_SELECT} WHERE l.id = $1"))
+    crate::db::sql(format!("{LEASE_SELECT} WHERE l.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<LeaseRow>(conn)
         .optional()
@@ -223,7 +233,7 @@ pub fn leases_of_task(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Lease>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{LEASE_SELECT} WHERE l.task_id = $1 AND l.id > $2 ORDER BY l.id LIMIT $3"
     ))
     .bind::<BigInt, _>(task_id)
@@ -351,7 +361,7 @@ const TASK_SELECT: &str =
     LEFT JOIN contributors lc ON lc.id = l.contributor_id";
 
 pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
-    diesel::sql_query(format!("{TASK_SELECT} WHERE t.id = $1"))
+    crate::db::sql(format!("{TASK_SELECT} WHERE t.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<TaskRow>(conn)
         .optional()
@@ -366,7 +376,7 @@ pub fn tasks_of_orbit(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Task>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{TASK_SELECT} WHERE t.orbit_id = $1 AND t.id > $2 \
            AND ($3::text IS NULL OR t.status = $3) \
            AND ($4::bool IS NULL OR (l.id IS NOT NULL) = $4) \
@@ -382,13 +392,72 @@ pub fn tasks_of_orbit(
 }
 
 /// The orbit a task belongs to (for permission checks), without locking.
+/// A task's orbit and the contributor's role there (`None`: not a member), in one
+/// statement; `None` when the task does not exist.
+pub fn task_orbit_role(
+    conn: &mut PgConnection,
+    task_id: i64,
+    contributor_id: i64,
+) -> QueryResult<Option<(i64, Option<String>)>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        orbit_id: i64,
+        #[diesel(sql_type = Nullable<Text>)]
+        role: Option<String>,
+    }
+    crate::db::sql(
+        "SELECT t.orbit_id, m.role FROM tasks t \
+         LEFT JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = $2 \
+         WHERE t.id = $1",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<BigInt, _>(contributor_id)
+    .get_result::<Row>(conn)
+    .optional()
+    .map(|o| o.map(|r| (r.orbit_id, r.role)))
+}
+
+/// A lease's task and version, the task's orbit, and a contributor's role there.
+#[derive(QueryableByName)]
+pub struct LeaseRef {
+    #[diesel(sql_type = BigInt)]
+    pub task_id: i64,
+    #[diesel(sql_type = BigInt)]
+    pub lease_version: i64,
+    #[diesel(sql_type = BigInt)]
+    pub orbit_id: i64,
+    /// `None`: not a member.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub role: Option<String>,
+}
+
+/// `LeaseRef` of a lease for `contributor_id`, in one statement; `None` when the
+/// lease does not exist.
+pub fn lease_orbit_role(
+    conn: &mut PgConnection,
+    lease_id: i64,
+    contributor_id: i64,
+) -> QueryResult<Option<LeaseRef>> {
+    crate::db::sql(
+        "SELECT l.task_id, l.lease_version, t.orbit_id, m.role FROM leases l \
+         JOIN tasks t ON t.id = l.task_id \
+         LEFT JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = $2 \
+         WHERE l.id = $1",
+    )
+    .bind::<BigInt, _>(lease_id)
+    .bind::<BigInt, _>(contributor_id)
+    .get_result::<LeaseRef>(conn)
+    .optional()
+}
+
 pub fn task_orbit(conn: &mut PgConnection, task_id: i64) -> QueryResult<Option<i64>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
         orbit_id: i64,
     }
-    diesel::sql_query("SELECT orbit_id FROM tasks WHERE id = $1")
+    crate::db::sql("SELECT orbit_id FROM tasks WHERE id = $1")
         .bind::<BigInt, _>(task_id)
         .get_result::<Row>(conn)
         .optional()
@@ -448,13 +517,22 @@ impl CheckpointRow {
     }
 }
 
-const CHECKPOINT_SELECT: &str = "SELECT k.id, k.task_id, k.orbit_id, k.lease_version, k.sequence, \
+macro_rules! checkpoint_columns {
+    () => {
+        "k.id, k.task_id, k.orbit_id, k.lease_version, k.sequence, \
         k.summary, k.state, k.state_hash, k.artifact_ids, k.created_at, \
-        a.id AS a_id, a.type AS a_type, a.name AS a_name, a.model_claim AS a_model_claim \
-    FROM checkpoints k JOIN contributors a ON a.id = k.author_id";
+        a.id AS a_id, a.type AS a_type, a.name AS a_name, a.model_claim AS a_model_claim"
+    };
+}
+
+const CHECKPOINT_SELECT: &str = concat!(
+    "SELECT ",
+    checkpoint_columns!(),
+    " FROM checkpoints k JOIN contributors a ON a.id = k.author_id"
+);
 
 pub fn checkpoint(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Checkpoint>> {
-    diesel::sql_query(format!("{CHECKPOINT_SELECT} WHERE k.id = $1"))
+    crate::db::sql(format!("{CHECKPOINT_SELECT} WHERE k.id = $1"))
         .bind::<BigInt, _>(id)
         .get_result::<CheckpointRow>(conn)
         .optional()?
@@ -468,7 +546,7 @@ pub fn checkpoints_of_task(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Checkpoint>> {
-    diesel::sql_query(format!(
+    crate::db::sql(format!(
         "{CHECKPOINT_SELECT} WHERE k.task_id = $1 AND k.id > $2 ORDER BY k.id LIMIT $3"
     ))
     .bind::<BigInt, _>(task_id)
@@ -497,7 +575,7 @@ pub fn insert_task(
     description: &str,
     created_by: i64,
 ) -> QueryResult<i64> {
-    diesel::sql_query(
+    crate::db::sql(
         "INSERT INTO tasks (orbit_id, problem_id, title, description, created_by) \
          VALUES ($1, $2, $3, $4, $5) RETURNING id",
     )
@@ -511,6 +589,8 @@ pub fn insert_task(
 }
 
 /// Issues the next lease version of a locked task to `contributor`.
+/// Issues lease `version` on a locked task: bumps the task's `lease_version` and
+/// inserts the lease, in one statement that returns the lease as the API shows it.
 pub fn insert_lease(
     conn: &mut PgConnection,
     task_id: i64,
@@ -519,26 +599,27 @@ pub fn insert_lease(
     version: i64,
     now: DateTime<Utc>,
     duration_seconds: i64,
-) -> QueryResult<i64> {
-    let id = diesel::sql_query(
-        "INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
-                             expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $5 + make_interval(secs => $6)) RETURNING id",
-    )
+) -> QueryResult<Lease> {
+    crate::db::sql(concat!(
+        "WITH bumped AS ( \
+             UPDATE tasks SET lease_version = $4, updated_at = $5 WHERE id = $1 RETURNING id \
+         ), l AS ( \
+             INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
+                                 expires_at) \
+             SELECT b.id, $2, $3, $4, $5, $5 + make_interval(secs => $6) FROM bumped b \
+             RETURNING * \
+         ) SELECT ",
+        lease_columns!(),
+        " FROM l JOIN contributors c ON c.id = l.contributor_id"
+    ))
     .bind::<BigInt, _>(task_id)
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor)
     .bind::<BigInt, _>(version)
     .bind::<Timestamptz, _>(now)
     .bind::<BigInt, _>(duration_seconds)
-    .get_result::<Id>(conn)?
-    .id;
-    diesel::sql_query("UPDATE tasks SET lease_version = $2, updated_at = $3 WHERE id = $1")
-        .bind::<BigInt, _>(task_id)
-        .bind::<BigInt, _>(version)
-        .bind::<Timestamptz, _>(now)
-        .execute(conn)?;
-    Ok(id)
+    .get_result::<LeaseRow>(conn)
+    .map(Lease::from)
 }
 
 /// Ends a lease. An active lease ends now with `reason`; one already past its
@@ -549,7 +630,7 @@ pub fn end_lease(
     now: DateTime<Utc>,
     reason: &str,
 ) -> QueryResult<()> {
-    diesel::sql_query(
+    crate::db::sql(
         "UPDATE leases SET \
              released_at = CASE WHEN expires_at > $2 THEN $2 END, \
              end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
@@ -562,21 +643,50 @@ pub fn end_lease(
     Ok(())
 }
 
+/// Renews a lease and returns it as the API shows it.
 pub fn renew_lease(
     conn: &mut PgConnection,
     lease_id: i64,
     now: DateTime<Utc>,
     duration_seconds: i64,
-) -> QueryResult<()> {
-    diesel::sql_query(
-        "UPDATE leases SET renewed_at = $2, expires_at = $2 + make_interval(secs => $3) \
-         WHERE id = $1",
-    )
+) -> QueryResult<Lease> {
+    crate::db::sql(concat!(
+        "WITH l AS ( \
+             UPDATE leases SET renewed_at = $2, expires_at = $2 + make_interval(secs => $3) \
+             WHERE id = $1 RETURNING * \
+         ) SELECT ",
+        lease_columns!(),
+        " FROM l JOIN contributors c ON c.id = l.contributor_id"
+    ))
     .bind::<BigInt, _>(lease_id)
     .bind::<Timestamptz, _>(now)
     .bind::<BigInt, _>(duration_seconds)
-    .execute(conn)?;
-    Ok(())
+    .get_result::<LeaseRow>(conn)
+    .map(Lease::from)
+}
+
+/// `end_lease` for the lease a request presented: returns it as the API shows it.
+pub fn end_lease_returning(
+    conn: &mut PgConnection,
+    lease_id: i64,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> QueryResult<Lease> {
+    crate::db::sql(concat!(
+        "WITH l AS ( \
+             UPDATE leases SET \
+                 released_at = CASE WHEN expires_at > $2 THEN $2 END, \
+                 end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
+             WHERE id = $1 AND end_reason IS NULL RETURNING * \
+         ) SELECT ",
+        lease_columns!(),
+        " FROM l JOIN contributors c ON c.id = l.contributor_id"
+    ))
+    .bind::<BigInt, _>(lease_id)
+    .bind::<Timestamptz, _>(now)
+    .bind::<Text, _>(reason)
+    .get_result::<LeaseRow>(conn)
+    .map(Lease::from)
 }
 
 pub fn close_task(
@@ -588,7 +698,7 @@ pub fn close_task(
     result_contribution_id: Option<i64>,
     cancel_reason: Option<&str>,
 ) -> QueryResult<()> {
-    diesel::sql_query(
+    crate::db::sql(
         "UPDATE tasks SET status = $2, updated_at = $3, completion_summary = $4, \
              result_contribution_id = $5, cancel_reason = $6 WHERE id = $1",
     )
@@ -614,17 +724,20 @@ pub fn insert_checkpoint(
     state_hash: &str,
     artifact_ids: &[i64],
     now: DateTime<Utc>,
-) -> QueryResult<i64> {
-    diesel::sql_query(
+) -> QueryResult<Checkpoint> {
+    crate::db::sql(concat!(
         "WITH seq AS ( \
              UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = $9 \
              WHERE id = $1 RETURNING checkpoint_sequence \
-         ) \
-         INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, \
-                                  summary, state, state_hash, artifact_ids, created_at) \
-         SELECT $1, $2, $3, seq.checkpoint_sequence, $4, $5, $6, $7, $8, $9 FROM seq \
-         RETURNING id",
-    )
+         ), k AS ( \
+             INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, \
+                                      summary, state, state_hash, artifact_ids, created_at) \
+             SELECT $1, $2, $3, seq.checkpoint_sequence, $4, $5, $6, $7, $8, $9 FROM seq \
+             RETURNING * \
+         ) SELECT ",
+        checkpoint_columns!(),
+        " FROM k JOIN contributors a ON a.id = k.author_id"
+    ))
     .bind::<BigInt, _>(task_id)
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(lease_version)
@@ -634,8 +747,8 @@ pub fn insert_checkpoint(
     .bind::<Text, _>(state_hash)
     .bind::<Array<BigInt>, _>(artifact_ids)
     .bind::<Timestamptz, _>(now)
-    .get_result::<Id>(conn)
-    .map(|r| r.id)
+    .get_result::<CheckpointRow>(conn)
+    .and_then(CheckpointRow::into_checkpoint)
 }
 
 /// Removing a member ends its leases (`MEMBER_REMOVED`) and supersedes the PENDING
@@ -652,7 +765,7 @@ pub fn release_member_work(
         #[expect(dead_code, reason = "the rows are loaded only to take their locks")]
         id: i64,
     }
-    let locked: Vec<TaskId> = diesel::sql_query(
+    let locked: Vec<TaskId> = crate::db::sql(
         "SELECT id FROM tasks WHERE id IN ( \
              SELECT task_id FROM leases WHERE orbit_id = $1 AND contributor_id = $2 \
                  AND end_reason IS NULL \
@@ -674,7 +787,7 @@ pub fn release_member_work(
         #[diesel(sql_type = Text)]
         what: String,
     }
-    let handoffs: Vec<Ended> = diesel::sql_query(
+    let handoffs: Vec<Ended> = crate::db::sql(
         "UPDATE handoffs SET \
              status = CASE WHEN expires_at > clock_timestamp() THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
              ended_at = LEAST(expires_at, clock_timestamp()) \
@@ -685,7 +798,7 @@ pub fn release_member_work(
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
     .load(conn)?;
-    let leases: Vec<Ended> = diesel::sql_query(
+    let leases: Vec<Ended> = crate::db::sql(
         "UPDATE leases SET \
              released_at = CASE WHEN expires_at > clock_timestamp() THEN clock_timestamp() END, \
              end_reason = CASE WHEN expires_at > clock_timestamp() THEN 'MEMBER_REMOVED' \
