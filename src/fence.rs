@@ -194,7 +194,12 @@ fn lock_inner(
     let row = row.ok_or_else(|| ApiError::not_found("Task"))?;
     // Read after the lock statement returned: a wait for the lock cannot make this
     // decision in the past. The partial unique indexes allow at most one open lease
-    // and one PENDING handoff per task, so this is one row.
+    // and one PENDING handoff per task, so this is one row. The open lease, if any,
+    // is the task's newest: a version is issued (acquire, accept) only after the
+    // open lease ended, so it is looked up by the unique (task_id, lease_version)
+    // index. Were that ever violated, the database still refuses a second open
+    // lease (`leases_one_open_per_task`) and overlapping ones (the exclusion
+    // constraint).
     let after: AfterLock = crate::db::sql(
         "WITH clock AS (SELECT clock_timestamp() AS now) \
          SELECT clock.now, \
@@ -205,12 +210,14 @@ fn lock_inner(
                 h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
                 h.expires_at AS h_expires \
          FROM clock \
-         LEFT JOIN leases o ON o.task_id = $1 AND o.end_reason IS NULL \
+         LEFT JOIN leases o ON o.task_id = $1 AND o.lease_version = $3 \
+                           AND o.end_reason IS NULL \
          LEFT JOIN leases v ON v.task_id = $1 AND v.lease_version = $2 \
          LEFT JOIN handoffs h ON h.task_id = $1 AND h.status = 'PENDING'",
     )
     .bind::<BigInt, _>(task_id)
     .bind::<Nullable<BigInt>, _>(lease_version)
+    .bind::<BigInt, _>(row.lease_version)
     .get_result(conn)?;
     let open_lease = match (
         after.o_id,

@@ -890,6 +890,33 @@ fn percentile(sorted: &[u32], q: f64) -> Option<f64> {
     Some(sorted[rank - 1] as f64 / 1000.0)
 }
 
+/// Waits (at most 30 s) until no autovacuum worker runs on the server, then asks
+/// for a checkpoint (ignored where the role may not). Best effort: errors are
+/// ignored.
+fn settle(admin_url: &str) {
+    #[derive(QueryableByName)]
+    struct Busy {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let Ok(mut conn) = PgConnection::establish(admin_url) else {
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let busy: Result<Busy, _> = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity \
+             WHERE backend_type = 'autovacuum worker'",
+        )
+        .get_result(&mut conn);
+        match busy {
+            Ok(b) if b.n > 0 => std::thread::sleep(Duration::from_millis(200)),
+            _ => break,
+        }
+    }
+    let _ = diesel::sql_query("CHECKPOINT").execute(&mut conn);
+}
+
 /// Runs `clients` virtual clients concurrently for warm-up + duration. Each client
 /// gets its state from `states` and returns it (so the next run continues from it).
 async fn measure<S, F, Fut>(cfg: &RunCfg, states: Vec<S>, client: F) -> (Vec<S>, Rec)
@@ -2652,6 +2679,12 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
                 if let Some(why) = &unavailable {
                     rows.push(Row::skipped(scenario, &shape, clients, why.clone()));
                     continue;
+                }
+                // Let the previous row's background work (autovacuum, the checkpoint
+                // its writes call for) finish first: on a small machine it would take
+                // CPU from whatever is measured next.
+                if let Some((admin, _)) = &profiler {
+                    tokio::task::block_in_place(|| settle(admin));
                 }
                 // The reference first, measured while the service idles.
                 let kind = scenario.reference();

@@ -102,7 +102,7 @@ pub fn artifacts_of_orbit(
     limit: i64,
 ) -> QueryResult<Vec<Artifact>> {
     crate::db::sql(format!(
-        "{ARTIFACT_SELECT} WHERE f.orbit_id = $1 AND f.id > $2 ORDER BY f.id LIMIT $3"
+        "{ARTIFACT_SELECT} WHERE (f.orbit_id, f.id) > ($1, $2) AND f.orbit_id = $1 ORDER BY f.orbit_id, f.id LIMIT $3"
     ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(after)

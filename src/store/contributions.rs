@@ -276,11 +276,11 @@ pub fn contributions_of_orbit(
     limit: i64,
 ) -> QueryResult<Vec<Contribution>> {
     crate::db::sql(format!(
-        "{CONTRIBUTION_SELECT} WHERE c.orbit_id = $1 AND c.id > $2 \
+        "{CONTRIBUTION_SELECT} WHERE (c.orbit_id, c.id) > ($1, $2) AND c.orbit_id = $1 \
            AND ($3::text IS NULL OR c.kind = $3) \
            AND ($4::bigint IS NULL OR c.problem_id = $4) \
            AND ($5::bigint IS NULL OR c.task_id = $5) \
-         ORDER BY c.id LIMIT $6"
+         ORDER BY c.orbit_id, c.id LIMIT $6"
     ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(after)

@@ -94,12 +94,12 @@ pub fn records_of_orbit(
 ) -> QueryResult<Vec<MemoryRecord>> {
     let query = match tag {
         Some(_) => format!(
-            "{MEMORY_SELECT} WHERE m.orbit_id = $1 AND m.id > $2 AND m.tags @> ARRAY[$3::text] \
-             ORDER BY m.id LIMIT $4"
+            "{MEMORY_SELECT} WHERE (m.orbit_id, m.id) > ($1, $2) AND m.orbit_id = $1 AND m.tags @> ARRAY[$3::text] \
+             ORDER BY m.orbit_id, m.id LIMIT $4"
         ),
         None => format!(
-            "{MEMORY_SELECT} WHERE m.orbit_id = $1 AND m.id > $2 AND $3::text IS NULL \
-             ORDER BY m.id LIMIT $4"
+            "{MEMORY_SELECT} WHERE (m.orbit_id, m.id) > ($1, $2) AND m.orbit_id = $1 AND $3::text IS NULL \
+             ORDER BY m.orbit_id, m.id LIMIT $4"
         ),
     };
     crate::db::sql(query)

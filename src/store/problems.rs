@@ -196,9 +196,9 @@ pub fn problems_of_orbit(
     limit: i64,
 ) -> QueryResult<Vec<Problem>> {
     crate::db::sql(format!(
-        "{PROBLEM_SELECT} WHERE p.orbit_id = $1 AND p.id > $2 \
+        "{PROBLEM_SELECT} WHERE (p.orbit_id, p.id) > ($1, $2) AND p.orbit_id = $1 \
            AND ($3::text IS NULL OR p.status = $3) \
-         ORDER BY p.id LIMIT $4"
+         ORDER BY p.orbit_id, p.id LIMIT $4"
     ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(after)

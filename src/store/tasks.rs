@@ -346,6 +346,10 @@ impl From<TaskRow> for Task {
     }
 }
 
+// The active lease is a LATERAL probe of the unique (task_id, lease_version) index:
+// one lookup per task returned, whatever statistics the cached plan was made with.
+// A task's open lease, if any, is always its newest (`lease_version`): a version is
+// issued only after the previous lease ended (src/fence.rs).
 const TASK_SELECT: &str =
     "SELECT t.id, t.orbit_id, t.problem_id, t.title, t.description, t.status, \
         t.lease_version, t.completion_summary, t.result_contribution_id, t.cancel_reason, \
@@ -356,8 +360,14 @@ const TASK_SELECT: &str =
         lc.id AS lc_id, lc.type AS lc_type, lc.name AS lc_name, lc.model_claim AS lc_model_claim \
     FROM tasks t \
     JOIN contributors cb ON cb.id = t.created_by \
-    LEFT JOIN leases l ON l.task_id = t.id AND l.end_reason IS NULL \
-                      AND l.expires_at > clock_timestamp() \
+    LEFT JOIN LATERAL ( \
+        SELECT l.id, l.lease_version, l.acquired_at, l.expires_at, l.renewed_at, \
+               l.contributor_id \
+        FROM leases l \
+        WHERE l.task_id = t.id AND l.lease_version = t.lease_version \
+          AND l.end_reason IS NULL AND l.expires_at > clock_timestamp() \
+        LIMIT 1 \
+    ) l ON true \
     LEFT JOIN contributors lc ON lc.id = l.contributor_id";
 
 pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
@@ -377,10 +387,10 @@ pub fn tasks_of_orbit(
     limit: i64,
 ) -> QueryResult<Vec<Task>> {
     crate::db::sql(format!(
-        "{TASK_SELECT} WHERE t.orbit_id = $1 AND t.id > $2 \
+        "{TASK_SELECT} WHERE (t.orbit_id, t.id) > ($1, $2) AND t.orbit_id = $1 \
            AND ($3::text IS NULL OR t.status = $3) \
            AND ($4::bool IS NULL OR (l.id IS NOT NULL) = $4) \
-         ORDER BY t.id LIMIT $5"
+         ORDER BY t.orbit_id, t.id LIMIT $5"
     ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(after)
@@ -391,7 +401,6 @@ pub fn tasks_of_orbit(
     .map(|rows| rows.into_iter().map(Task::from).collect())
 }
 
-/// The orbit a task belongs to (for permission checks), without locking.
 /// A task's orbit and the contributor's role there (`None`: not a member), in one
 /// statement; `None` when the task does not exist.
 pub fn task_orbit_role(
@@ -451,6 +460,7 @@ pub fn lease_orbit_role(
     .optional()
 }
 
+/// The orbit a task belongs to (for permission checks), without locking.
 pub fn task_orbit(conn: &mut PgConnection, task_id: i64) -> QueryResult<Option<i64>> {
     #[derive(QueryableByName)]
     struct Row {
