@@ -56,10 +56,12 @@ pub fn mint(kind: TokenKind) -> NewToken {
         TokenKind::Agent => AGENT_PREFIX,
     };
     let salt = SaltString::generate(&mut OsRng);
-    let secret_hash = Argon2::default()
-        .hash_password(secret.as_bytes(), &salt)
-        .expect("argon2 with default parameters cannot fail")
-        .to_string();
+    let secret_hash = with_argon2_slot(|| {
+        Argon2::default()
+            .hash_password(secret.as_bytes(), &salt)
+            .expect("argon2 with default parameters cannot fail")
+            .to_string()
+    });
     NewToken {
         token: format!("{prefix}{lookup}_{secret}"),
         lookup,
@@ -91,11 +93,44 @@ pub fn parse(token: &str) -> Option<ParsedToken<'_>> {
 /// inside the argon2 crate).
 pub fn verify(secret: &str, stored_hash: &str) -> bool {
     match PasswordHash::new(stored_hash) {
-        Ok(hash) => Argon2::default()
-            .verify_password(secret.as_bytes(), &hash)
-            .is_ok(),
+        Ok(hash) => with_argon2_slot(|| {
+            Argon2::default()
+                .verify_password(secret.as_bytes(), &hash)
+                .is_ok()
+        }),
         Err(_) => false,
     }
+}
+
+/// Runs an argon2 computation when one of the process's argon2 slots is free (one
+/// per core). Each run takes 19 MiB and a core for some milliseconds: unbounded, a
+/// burst of registrations or cold tokens multiplies the service's memory by the
+/// number of blocking threads and starves every other request of CPU. Callers are
+/// on blocking threads, so waiting here is fine.
+fn with_argon2_slot<T>(work: impl FnOnce() -> T) -> T {
+    use std::sync::{Condvar, Mutex, OnceLock};
+    static SLOTS: OnceLock<(Mutex<usize>, Condvar)> = OnceLock::new();
+    let (free, freed) = SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        (Mutex::new(cores), Condvar::new())
+    });
+    {
+        let mut n = free.lock().unwrap_or_else(|p| p.into_inner());
+        while *n == 0 {
+            n = freed.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n -= 1;
+    }
+    // Give the slot back even if `work` panics.
+    struct Release<'a>(&'a Mutex<usize>, &'a Condvar);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            self.1.notify_one();
+        }
+    }
+    let _release = Release(free, freed);
+    work()
 }
 
 #[cfg(test)]
