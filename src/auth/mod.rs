@@ -1,9 +1,9 @@
 //! Authentication: bearer tokens, the verification cache and the `Caller`.
 //!
 //! A presented token is checked for format first (no hashing for garbage). A token
-//! verified with argon2 is remembered in memory for a short TTL under an HMAC of the
-//! token with a per-process key, so later requests skip argon2; failures are never
-//! cached. Revocation is still read from the database on every request, so a revoked
+//! verified with argon2 is remembered in memory under an HMAC of the token with a
+//! per-process key until it has gone unused for 60 s, so later requests skip argon2;
+//! failures are never cached. Revocation is still read from the database on every request, so a revoked
 //! token is refused on the very next request on any instance.
 
 pub mod token;
@@ -42,7 +42,8 @@ type CacheKey = [u8; 32];
 #[derive(Clone, Copy)]
 struct CacheEntry {
     token_id: i64,
-    verified_at: Instant,
+    /// The last request this token succeeded with on this instance.
+    seen_at: Instant,
 }
 
 /// Per-process verification cache.
@@ -79,7 +80,7 @@ impl TokenCache {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
             .get(key)
-            .filter(|e| e.verified_at.elapsed() < CACHE_TTL)
+            .filter(|e| e.seen_at.elapsed() < CACHE_TTL)
             .map(|e| e.token_id)
     }
 
@@ -92,7 +93,7 @@ impl TokenCache {
     fn put(&self, key: CacheKey, token_id: i64) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.len() >= CACHE_MAX_ENTRIES {
-            entries.retain(|_, e| e.verified_at.elapsed() < CACHE_TTL);
+            entries.retain(|_, e| e.seen_at.elapsed() < CACHE_TTL);
             if entries.len() >= CACHE_MAX_ENTRIES {
                 entries.clear();
             }
@@ -101,7 +102,7 @@ impl TokenCache {
             key,
             CacheEntry {
                 token_id,
-                verified_at: Instant::now(),
+                seen_at: Instant::now(),
             },
         );
     }
@@ -256,9 +257,10 @@ impl Bearer {
             cache.forget(&key);
             return Err(ApiError::unauthorized("The token has been revoked.").into());
         }
-        if cached.is_none() {
-            cache.put(key, row.id);
-        }
+        // Written after a verification, refreshed on every later success: a token in
+        // use is verified with argon2 once per process (revocation is read from the
+        // database on every request anyway).
+        cache.put(key, row.id);
         let stale = row
             .last_used_at
             .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
