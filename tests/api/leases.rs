@@ -597,3 +597,39 @@ async fn task_list_filters_by_status_and_lease() {
         .await
         .assert_error(422, "validation_failed");
 }
+
+#[tokio::test]
+async fn the_database_refuses_overlapping_leases_of_one_task_whatever_the_code_does() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "overlap", 1).await;
+    let a = &c.members[0];
+    let t1 = task(&app, a, c.orbit, "one").await;
+    let t2 = task(&app, a, c.orbit, "two").await;
+    let r = acquire(&app, a, t1, json!({})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut conn = app.db.conn();
+    use diesel::RunQueryDsl;
+    // A second, already ended lease whose time overlaps the active one: not the
+    // open-lease index but the exclusion constraint must refuse it.
+    let insert = |task_id: i64, version: i64| {
+        format!(
+            "INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
+                                 expires_at, released_at, end_reason) \
+             SELECT id, orbit_id, {who}, {version}, clock_timestamp() - interval '1 minute', \
+                    clock_timestamp() + interval '1 minute', clock_timestamp(), 'RELEASED' \
+             FROM tasks WHERE id = {task_id}",
+            who = a.id
+        )
+    };
+    let refused = diesel::sql_query(insert(t1, 2)).execute(&mut conn);
+    let message = format!(
+        "{:?}",
+        refused.expect_err("an overlapping lease was stored")
+    );
+    assert!(message.contains("leases_no_overlap"), "{message}");
+    // The same interval on another task is fine.
+    assert_eq!(
+        diesel::sql_query(insert(t2, 1)).execute(&mut conn).unwrap(),
+        1
+    );
+}
