@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, verbatim, write, Reply, State};
 use crate::auth::Bearer;
-use crate::db;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
@@ -212,9 +212,7 @@ pub async fn list_artifacts(
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         let orbit = orbit_store::resolve(conn, &reference)?;
         Ok(store::artifacts_of_orbit(conn, orbit.id, after, limit)?)
     })
@@ -236,9 +234,7 @@ pub async fn get_artifact(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let artifact = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let artifact = public_read(&state, bearer, move |conn| {
         store::artifact(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact").into())
     })
     .await?;
@@ -316,9 +312,7 @@ pub async fn get_artifact_content(
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let tokens = state.tokens.clone();
-    let (head, bytes) = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let (head, bytes) = public_read(&state, bearer, move |conn| {
         let head = store::content_head(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact"))?;
         let etag = format!("\"{}\"", head.sha256);
         if if_none_match.is_some_and(|h| none_match(&h, &etag)) {

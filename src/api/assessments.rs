@@ -8,11 +8,13 @@ use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
-use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::types::page_bounds;
+use crate::api::types::{page, PageMeta};
 use crate::api::{page_json, verbatim, write, Reply, State};
 use crate::auth::{Bearer, Caller};
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
@@ -191,18 +193,12 @@ pub async fn list_assessments(
     query: web::Query<AssessmentQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     if q.revision.is_some_and(|r| r < 1) {
         return Err(ApiError::field("revision", "must be at least 1"));
     }
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
         Ok(store::assessments(conn, id, q.revision, after, limit)?)
     })

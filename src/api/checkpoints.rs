@@ -5,12 +5,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::task_member;
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
 use crate::auth::{Bearer, Caller};
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
@@ -184,9 +185,7 @@ pub async fn list_checkpoints(
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
     let task_id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
         Ok(store::checkpoints_of_task(conn, task_id, after, limit)?)
     })
@@ -208,9 +207,7 @@ pub async fn get_checkpoint(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let checkpoint = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let checkpoint = public_read(&state, bearer, move |conn| {
         store::checkpoint(conn, id)?.ok_or_else(|| ApiError::not_found("Checkpoint").into())
     })
     .await?;

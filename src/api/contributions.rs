@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
+use crate::api::types::page_bounds;
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, verbatim, write, Reply, State};
 use crate::auth::{Bearer, Caller};
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
@@ -234,15 +236,9 @@ pub async fn list_contributions(
     query: web::Query<ContributionQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         let orbit = orbit_store::resolve(conn, &reference)?;
         Ok(store::contributions_of_orbit(
             conn,
@@ -272,9 +268,7 @@ pub async fn get_contribution(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let c = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let c = public_read(&state, bearer, move |conn| {
         store::contribution(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution").into())
     })
     .await?;
@@ -432,9 +426,7 @@ pub async fn list_revisions(
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
         Ok(store::revisions(conn, id, after, limit)?)
     })
@@ -456,9 +448,7 @@ pub async fn get_revision(
     path: web::Path<(i64, i64)>,
 ) -> ApiResult<HttpResponse> {
     let (id, n) = path.into_inner();
-    let tokens = state.tokens.clone();
-    let r = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let r = public_read(&state, bearer, move |conn| {
         store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
         store::revision(conn, id, n)?
             .ok_or_else(|| ApiError::not_found("Contribution revision").into())

@@ -10,8 +10,10 @@ use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::api::leases::{duration, lease_conflict};
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::{task_closed, task_member};
+use crate::api::types::page_bounds;
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
 use crate::auth::{Bearer, Caller};
@@ -596,11 +598,7 @@ pub async fn list_handoffs(
     query: web::Query<MailboxQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     let outbox = q.mailbox.unwrap_or_default() == MailBox::Outbox;
     let status = q.status.map(HandoffStatus::as_str);
     let tokens = state.tokens.clone();
@@ -633,9 +631,7 @@ pub async fn get_handoff(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let h = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let h = public_read(&state, bearer, move |conn| {
         store::handoff(conn, id)?.ok_or_else(|| ApiError::not_found("Handoff").into())
     })
     .await?;
@@ -658,9 +654,7 @@ pub async fn task_handoffs(
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
     let task_id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
         Ok(store::handoffs_of_task(conn, task_id, after, limit)?)
     })

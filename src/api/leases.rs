@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::{task_closed, task_member};
 use crate::api::types::{page, ts, PageMeta, PageParams};
@@ -196,9 +197,7 @@ pub async fn list_leases(
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
     let task_id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
         Ok(store::leases_of_task(conn, task_id, after, limit)?)
     })
@@ -220,9 +219,7 @@ pub async fn get_lease(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let lease = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let lease = public_read(&state, bearer, move |conn| {
         store::lease(conn, id)?.ok_or_else(|| ApiError::not_found("Lease").into())
     })
     .await?;

@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::api::orbits::{Empty, MemberWritten, MemberWrittenData};
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{page_json, write, Reply, State};
 use crate::auth::Bearer;
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, Operation};
 use crate::json::{Body, Validate};
@@ -44,9 +45,7 @@ pub async fn list_members(
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         let orbit = store::resolve(conn, &reference)?;
         Ok(store::members(conn, orbit.id, after, limit)?)
     })

@@ -4,11 +4,13 @@ use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
-use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::types::page_bounds;
+use crate::api::types::{page, PageMeta};
 use crate::api::{page_json, verbatim, write, Reply, State};
 use crate::auth::{Bearer, Caller};
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, Operation};
 use crate::json::{Body, Validate};
@@ -164,20 +166,14 @@ pub async fn list_memory_records(
     query: web::Query<MemoryQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     if let Some(tag) = &q.tag {
         let mut e = FieldErrors::default();
         verbatim::text(&mut e, "tag", tag, 1, MAX_TAG_CHARS);
         e.finish()?;
     }
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         let orbit = orbit_store::resolve(conn, &reference)?;
         Ok(store::records_of_orbit(
             conn,

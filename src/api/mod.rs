@@ -94,6 +94,21 @@ pub fn page_json<T: Serialize>(page: &types::Page<T>) -> ApiResult<HttpResponse>
     Ok(json_response(StatusCode::OK, body))
 }
 
+/// A public read: one pool checkout (`db::read`); no token is fine, but a presented
+/// token must be valid (401 otherwise), checked before `work` runs.
+pub async fn public_read<T, F>(state: &AppState, bearer: Bearer, work: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
+{
+    let tokens = state.tokens.clone();
+    db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        work(conn)
+    })
+    .await
+}
+
 enum Outcome {
     Done(Reply),
     Replayed(Stored),

@@ -4,11 +4,12 @@ use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, write, Reply, State};
 use crate::auth::{Bearer, Caller};
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyOptional, Operation};
 use crate::json::{Body, Validate};
@@ -160,9 +161,7 @@ pub async fn list_orbits(
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let (limit, after) = query.into_inner().checked()?;
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         Ok(store::list(conn, after, limit)?)
     })
     .await?;
@@ -179,12 +178,7 @@ pub async fn list_orbits(
 #[get("/orbits/{orbit}")]
 pub async fn get_orbit(state: State, bearer: Bearer, path: OrbitRef) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let orbit = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
-        store::resolve(conn, &reference)
-    })
-    .await?;
+    let orbit = public_read(&state, bearer, move |conn| store::resolve(conn, &reference)).await?;
     ok_json(&orbit)
 }
 

@@ -4,11 +4,13 @@ use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
-use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::types::page_bounds;
+use crate::api::types::{page, PageMeta};
 use crate::api::{ok_json, page_json, verbatim, write, Reply, State};
 use crate::auth::Bearer;
-use crate::db::{self, TxError, TxResult};
+use crate::db::{TxError, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
@@ -139,15 +141,9 @@ pub async fn list_problems(
     query: web::Query<ProblemQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         let orbit = orbit_store::resolve(conn, &reference)?;
         Ok(store::problems_of_orbit(
             conn,
@@ -175,9 +171,7 @@ pub async fn get_problem(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let problem = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let problem = public_read(&state, bearer, move |conn| {
         store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem").into())
     })
     .await?;
@@ -272,12 +266,7 @@ pub async fn problem_overview(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let overview = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
-        overview(conn, id)
-    })
-    .await?;
+    let overview = public_read(&state, bearer, move |conn| overview(conn, id)).await?;
     ok_json(&overview)
 }
 

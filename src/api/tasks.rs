@@ -4,11 +4,13 @@ use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
-use crate::api::types::{page, PageMeta, PageParams};
+use crate::api::types::page_bounds;
+use crate::api::types::{page, PageMeta};
 use crate::api::{ok_json, page_json, write, Reply, State};
 use crate::auth::{Bearer, Caller};
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
@@ -165,15 +167,9 @@ pub async fn list_tasks(
     query: web::Query<TaskQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     let reference = path.into_inner();
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let rows = public_read(&state, bearer, move |conn| {
         let orbit = orbit_store::resolve(conn, &reference)?;
         Ok(store::tasks_of_orbit(
             conn,
@@ -202,9 +198,7 @@ pub async fn get_task(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let task = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let task = public_read(&state, bearer, move |conn| {
         store::task(conn, id)?.ok_or_else(|| ApiError::not_found("Task").into())
     })
     .await?;

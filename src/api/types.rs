@@ -98,16 +98,22 @@ pub struct PageParams {
 
 impl PageParams {
     pub fn checked(self) -> ApiResult<(i64, i64)> {
-        let limit = self.limit.unwrap_or(50);
-        if !(1..=100).contains(&limit) {
-            return Err(ApiError::field("limit", "must be between 1 and 100"));
-        }
-        let after = self.after.unwrap_or(0);
-        if after < 0 {
-            return Err(ApiError::field("after", "must not be negative"));
-        }
-        Ok((limit, after))
+        page_bounds(self.limit, self.after)
     }
+}
+
+/// `(limit, after)` of a list request with defaults applied (50, 0), or 422: for
+/// query types that carry filters beside `limit` and `after`.
+pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<(i64, i64)> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::field("limit", "must be between 1 and 100"));
+    }
+    let after = after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::field("after", "must not be negative"));
+    }
+    Ok((limit, after))
 }
 
 /// Builds a page from `limit + 1` fetched rows.

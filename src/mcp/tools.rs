@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::Done;
+use crate::api::types::page_bounds;
 use crate::api::types::{page, PageParams};
 use crate::api::{
     assessments, changes, checkpoints, contributions, contributors, handoffs, leases, memory,
@@ -962,11 +963,7 @@ async fn withdraw_handoff(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
 
 async fn handoff_inbox(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
     let q: InboxArgs = a.query()?;
-    let (limit, after) = PageParams {
-        limit: q.limit,
-        after: q.after,
-    }
-    .checked()?;
+    let (limit, after) = page_bounds(q.limit, q.after)?;
     let status = q.status.map(HandoffStatus::as_str);
     let tokens = state.tokens.clone();
     let rows = db::read(&state.pool, move |conn| {

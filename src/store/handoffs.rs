@@ -1,34 +1,9 @@
-//! Handoffs: queries used by the fence and by task/lease writes.
+//! Handoffs: queries used by task/lease writes (the fence reads the PENDING
+//! handoff itself, in `fence::lock`).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
-
-#[derive(Debug, Clone, QueryableByName)]
-pub struct PendingRef {
-    #[diesel(sql_type = BigInt)]
-    pub id: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    pub to_contributor: Option<i64>,
-}
-
-/// The caller's PENDING, unexpired handoff on a task, if any (the giver fence).
-pub fn pending_from(
-    conn: &mut PgConnection,
-    task_id: i64,
-    giver: i64,
-    now: DateTime<Utc>,
-) -> QueryResult<Option<PendingRef>> {
-    crate::db::sql(
-        "SELECT id, to_contributor FROM handoffs \
-         WHERE task_id = $1 AND from_contributor = $2 AND status = 'PENDING' AND expires_at > $3",
-    )
-    .bind::<BigInt, _>(task_id)
-    .bind::<BigInt, _>(giver)
-    .bind::<Timestamptz, _>(now)
-    .get_result(conn)
-    .optional()
-}
 
 /// Ends the task's PENDING handoff: SUPERSEDED when still live, EXPIRED when past
 /// its expiry. Returns the ids that were superseded (live ones).
