@@ -9,7 +9,7 @@ use crate::api::responses::WriteErrors;
 use crate::api::types::{page, ContributorActor, ContributorType, PageParams};
 use crate::api::{json_response, ok_json, page_json, State};
 use crate::auth::token::{self, TokenKind};
-use crate::auth::{Bearer, Caller};
+use crate::auth::{Bearer, TokenCache};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::json::{Body, Validate};
@@ -187,17 +187,18 @@ pub struct MeData {
 #[get("/me")]
 pub async fn me(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
     let tokens = state.tokens.clone();
-    let me = db::read(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        me_of(conn, caller)
-    })
-    .await?;
+    let me = db::read(&state.pool, move |conn| me_of(conn, &bearer, &tokens)).await?;
     ok_json(&me)
 }
 
-/// The caller and its memberships (REST and MCP).
-pub fn me_of(conn: &mut diesel::PgConnection, caller: Caller) -> TxResult<Me> {
-    let memberships = store::memberships_of(conn, caller.id())?;
+/// The caller and its memberships (REST and MCP), read with the token in one
+/// statement.
+pub fn me_of(
+    conn: &mut diesel::PgConnection,
+    bearer: &Bearer,
+    tokens: &TokenCache,
+) -> TxResult<Me> {
+    let (caller, memberships) = bearer.require_with(conn, tokens, store::token_with_memberships)?;
     Ok(Me {
         contributor: caller.actor,
         memberships,

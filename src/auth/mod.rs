@@ -173,14 +173,53 @@ impl Caller {
     }
 }
 
+/// The columns every authenticating query reads: the token, the database clock and
+/// the token's contributor as `(id, kind, name, model_claim)`.
 #[derive(Queryable)]
-struct TokenRow {
-    id: i64,
-    secret_hash: String,
-    last_used_at: Option<chrono::DateTime<chrono::Utc>>,
-    revoked_at: Option<chrono::DateTime<chrono::Utc>>,
-    now: chrono::DateTime<chrono::Utc>,
-    contributor: (i64, String, String, Option<String>),
+pub struct TokenRow {
+    pub id: i64,
+    pub secret_hash: String,
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub now: chrono::DateTime<chrono::Utc>,
+    pub contributor: (i64, String, String, Option<String>),
+}
+
+/// Which row a presented token names: the id remembered for a verified token, or
+/// the token's public lookup part.
+#[derive(Debug, Clone, Copy)]
+pub enum TokenKey<'a> {
+    Id(i64),
+    Lookup(&'a str),
+}
+
+fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option<TokenRow>> {
+    let columns = (
+        tokens::id,
+        tokens::secret_hash,
+        tokens::last_used_at,
+        tokens::revoked_at,
+        clock_timestamp(),
+        (
+            contributors::id,
+            contributors::kind,
+            contributors::name,
+            contributors::model_claim,
+        ),
+    );
+    let base = tokens::table.inner_join(contributors::table);
+    match key {
+        TokenKey::Id(id) => base
+            .filter(tokens::id.eq(id))
+            .select(columns)
+            .first(conn)
+            .optional(),
+        TokenKey::Lookup(lookup) => base
+            .filter(tokens::lookup.eq(lookup))
+            .select(columns)
+            .first(conn)
+            .optional(),
+    }
 }
 
 impl Bearer {
@@ -202,40 +241,37 @@ impl Bearer {
         conn: &mut PgConnection,
         cache: &TokenCache,
     ) -> TxResult<Option<Caller>> {
-        let Some(token) = &self.0 else {
+        if self.0.is_none() {
             return Ok(None);
+        }
+        let (caller, ()) = self.require_with(conn, cache, |conn, key| {
+            Ok(fetch_token(conn, key)?.map(|row| (row, ())))
+        })?;
+        Ok(Some(caller))
+    }
+
+    /// Like [`Bearer::require`], for a route that reads its answer in the same
+    /// statement as the token (one round trip instead of two): `fetch` reads the
+    /// token's row by `key` together with `T`, which is returned only once the
+    /// token has passed every check.
+    pub fn require_with<T>(
+        &self,
+        conn: &mut PgConnection,
+        cache: &TokenCache,
+        fetch: impl FnOnce(&mut PgConnection, TokenKey<'_>) -> QueryResult<Option<(TokenRow, T)>>,
+    ) -> TxResult<(Caller, T)> {
+        let Some(token) = &self.0 else {
+            return Err(ApiError::unauthorized("This route needs a bearer token.").into());
         };
         let parsed =
             token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;
         let key = cache.cache_key(token);
         let cached = cache.get(&key);
-        let columns = (
-            tokens::id,
-            tokens::secret_hash,
-            tokens::last_used_at,
-            tokens::revoked_at,
-            clock_timestamp(),
-            (
-                contributors::id,
-                contributors::kind,
-                contributors::name,
-                contributors::model_claim,
-            ),
-        );
-        let base = tokens::table.inner_join(contributors::table);
-        let row: Option<TokenRow> = match cached {
-            Some(token_id) => base
-                .filter(tokens::id.eq(token_id))
-                .select(columns)
-                .first(conn)
-                .optional()?,
-            None => base
-                .filter(tokens::lookup.eq(parsed.lookup))
-                .select(columns)
-                .first(conn)
-                .optional()?,
+        let by = match cached {
+            Some(token_id) => TokenKey::Id(token_id),
+            None => TokenKey::Lookup(parsed.lookup),
         };
-        let Some(row) = row else {
+        let Some((row, extra)) = fetch(conn, by)? else {
             cache.forget(&key);
             return Err(ApiError::unauthorized("The token is invalid.").into());
         };
@@ -276,7 +312,7 @@ impl Bearer {
             .execute(conn)?;
         }
         let (id, kind, name, model_claim) = row.contributor;
-        Ok(Some(Caller {
+        let caller = Caller {
             token_id: row.id,
             actor: ContributorActor {
                 id,
@@ -284,6 +320,7 @@ impl Bearer {
                 name,
                 model_claim,
             },
-        }))
+        };
+        Ok((caller, extra))
     }
 }

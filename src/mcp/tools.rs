@@ -669,8 +669,7 @@ async fn whoami(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
     let NoArgs {} = a.query()?;
     let tokens = state.tokens.clone();
     let me = db::read(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        contributors::me_of(conn, caller)
+        contributors::me_of(conn, &bearer, &tokens)
     })
     .await?;
     data(&me)
@@ -729,10 +728,7 @@ async fn find_work(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done
                 orbit_store::require_member(conn, orbit.id, caller.id())?;
                 vec![orbit.id]
             }
-            None => contributor_store::memberships_of(conn, caller.id())?
-                .into_iter()
-                .map(|m| m.orbit_id)
-                .collect(),
+            None => contributor_store::member_orbit_ids(conn, caller.id())?,
         };
         let mut open_tasks = Vec::new();
         let mut more_tasks = false;

@@ -7,7 +7,9 @@ use utoipa::ToSchema;
 
 use crate::api::types::{ts, ts_opt, ContributorActor};
 use crate::auth::token::{self, TokenKind};
-use crate::db::schema::{contributors, memberships, orbits, tokens};
+use crate::auth::{TokenKey, TokenRow};
+use crate::db::schema::{contributors, memberships, tokens};
+use crate::db::BindNext;
 
 pub type ActorColumns = (
     contributors::id,
@@ -170,32 +172,110 @@ pub struct MembershipSummary {
     pub joined_at: DateTime<Utc>,
 }
 
-pub fn memberships_of(
-    conn: &mut PgConnection,
-    contributor_id: i64,
-) -> QueryResult<Vec<MembershipSummary>> {
-    let rows: Vec<(i64, String, String, String, DateTime<Utc>)> = memberships::table
-        .inner_join(orbits::table)
+/// The orbits a contributor belongs to, ascending.
+pub fn member_orbit_ids(conn: &mut PgConnection, contributor_id: i64) -> QueryResult<Vec<i64>> {
+    memberships::table
         .filter(memberships::contributor_id.eq(contributor_id))
         .order(memberships::orbit_id.asc())
-        .select((
-            orbits::id,
-            orbits::slug,
-            orbits::name,
-            memberships::role,
-            memberships::created_at,
-        ))
-        .load(conn)?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(orbit_id, orbit_slug, orbit_name, role, joined_at)| MembershipSummary {
-                orbit_id,
-                orbit_slug,
-                orbit_name,
-                role,
-                joined_at,
-            },
-        )
-        .collect())
+        .select(memberships::orbit_id)
+        .load(conn)
+}
+
+/// A token's row with its contributor's memberships, in one statement (`GET /me`
+/// reads both on every call; one round trip instead of two).
+pub fn token_with_memberships(
+    conn: &mut PgConnection,
+    key: TokenKey<'_>,
+) -> QueryResult<Option<(TokenRow, Vec<MembershipSummary>)>> {
+    // The memberships come as parallel arrays, ordered by orbit.
+    macro_rules! me_query {
+        ($filter:literal) => {
+            concat!(
+                "SELECT t.id, t.secret_hash, t.last_used_at, t.revoked_at, \
+                        clock_timestamp() AS now, c.id AS contributor_id, c.type AS kind, c.name, \
+                        c.model_claim, m.orbit_ids, m.orbit_slugs, m.orbit_names, m.roles, \
+                        m.joined \
+                 FROM tokens t JOIN contributors c ON c.id = t.contributor_id \
+                 CROSS JOIN LATERAL ( \
+                     SELECT coalesce(array_agg(o.id ORDER BY o.id), '{}') AS orbit_ids, \
+                            coalesce(array_agg(o.slug ORDER BY o.id), '{}') AS orbit_slugs, \
+                            coalesce(array_agg(o.name ORDER BY o.id), '{}') AS orbit_names, \
+                            coalesce(array_agg(ms.role ORDER BY o.id), '{}') AS roles, \
+                            coalesce(array_agg(ms.created_at ORDER BY o.id), '{}') AS joined \
+                     FROM memberships ms JOIN orbits o ON o.id = ms.orbit_id \
+                     WHERE ms.contributor_id = c.id) m \
+                 WHERE ",
+                $filter
+            )
+        };
+    }
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        secret_hash: String,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+        last_used_at: Option<DateTime<Utc>>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+        revoked_at: Option<DateTime<Utc>>,
+        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+        now: DateTime<Utc>,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        contributor_id: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        kind: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        name: String,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        model_claim: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::BigInt>)]
+        orbit_ids: Vec<i64>,
+        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
+        orbit_slugs: Vec<String>,
+        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
+        orbit_names: Vec<String>,
+        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
+        roles: Vec<String>,
+        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Timestamptz>)]
+        joined: Vec<DateTime<Utc>>,
+    }
+    let row: Option<Row> = match key {
+        TokenKey::Id(id) => crate::db::sql(me_query!("t.id = $1"))
+            .bind::<diesel::sql_types::BigInt, _>(id)
+            .get_result(conn)
+            .optional()?,
+        TokenKey::Lookup(lookup) => crate::db::sql(me_query!("t.lookup = $1"))
+            .bind::<diesel::sql_types::Text, _>(lookup)
+            .get_result(conn)
+            .optional()?,
+    };
+    Ok(row.map(|r| {
+        let memberships = r
+            .orbit_ids
+            .into_iter()
+            .zip(r.orbit_slugs)
+            .zip(r.orbit_names)
+            .zip(r.roles)
+            .zip(r.joined)
+            .map(
+                |((((orbit_id, orbit_slug), orbit_name), role), joined_at)| MembershipSummary {
+                    orbit_id,
+                    orbit_slug,
+                    orbit_name,
+                    role,
+                    joined_at,
+                },
+            )
+            .collect();
+        let token = TokenRow {
+            id: r.id,
+            secret_hash: r.secret_hash,
+            last_used_at: r.last_used_at,
+            revoked_at: r.revoked_at,
+            now: r.now,
+            contributor: (r.contributor_id, r.kind, r.name, r.model_claim),
+        };
+        (token, memberships)
+    }))
 }

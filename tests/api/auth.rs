@@ -197,7 +197,19 @@ async fn legacy_agent_registration_token_works_everywhere() {
     assert_eq!(me.json["data"]["contributor"]["id"], id);
     let me = app.get("/api/v1/me", Some(&token)).await;
     assert_eq!(me.status, 200);
-    assert_eq!(me.json["data"]["memberships"].as_array().unwrap().len(), 2);
+    let memberships = me.json["data"]["memberships"].as_array().unwrap();
+    assert_eq!(memberships.len(), 2);
+    // Ascending by orbit, each with its slug, name, role and join time.
+    assert!(memberships[0]["orbit_id"].as_i64() < memberships[1]["orbit_id"].as_i64());
+    assert_eq!(memberships[0]["orbit_slug"], "legacy-orbit");
+    assert_eq!(memberships[0]["role"], "OWNER");
+    assert_eq!(memberships[1]["orbit_id"], orbit);
+    assert_eq!(memberships[1]["role"], "CONTRIBUTOR");
+    for m in memberships {
+        for field in ["orbit_slug", "orbit_name", "role", "joined_at"] {
+            assert!(m[field].is_string(), "{field} in {m}");
+        }
+    }
 }
 
 #[tokio::test]
