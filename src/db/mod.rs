@@ -37,9 +37,16 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings 
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
         // A lock wait gives up before the statement would, so a wait on another
         // request's Idempotency-Key is told apart (409 in flight) from a slow query.
+        // Sequential scans off: every query of the service is an index lookup or
+        // an index range. On the small tables of a young deployment the planner
+        // prefers a scan of the table's page(s), and the prepared statements keep
+        // that plan; a scan reads every dead version of a busy row (an orbit's
+        // revision counter is updated by each write), an index probe only its
+        // chain. A query with no usable index still runs (the setting only
+        // weighs plans).
         conn.batch_execute(&format!(
             "SET statement_timeout = {}; SET lock_timeout = {}; SET TIME ZONE 'UTC'; \
-             SET idle_in_transaction_session_timeout = {}",
+             SET idle_in_transaction_session_timeout = {}; SET enable_seqscan = off",
             self.statement_timeout_ms,
             (self.statement_timeout_ms / 2).max(100),
             self.statement_timeout_ms * 2
