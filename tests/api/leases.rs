@@ -633,3 +633,45 @@ async fn the_database_refuses_overlapping_leases_of_one_task_whatever_the_code_d
         1
     );
 }
+
+#[tokio::test]
+async fn a_lease_or_checkpoint_can_only_carry_its_own_tasks_orbit() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "own-orbit", 1).await;
+    let d = crew(&app, "other-orbit", 1).await;
+    let a = &c.members[0];
+    let t = task(&app, a, c.orbit, "mine").await;
+    let r = acquire(&app, a, t, json!({})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut conn = app.db.conn();
+    use diesel::RunQueryDsl;
+    // The orbit column must be the task's orbit, not merely an existing orbit.
+    let refused = diesel::sql_query(format!(
+        "INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
+                             expires_at, released_at, end_reason) \
+         VALUES ({t}, {other}, {who}, 99, clock_timestamp() - interval '3 hours', \
+                 clock_timestamp() - interval '2 hours', clock_timestamp() - interval '2 hours', \
+                 'RELEASED')",
+        other = d.orbit,
+        who = a.id
+    ))
+    .execute(&mut conn);
+    let message = format!(
+        "{:?}",
+        refused.expect_err("a lease in another orbit was stored")
+    );
+    assert!(message.contains("leases_task_orbit_fkey"), "{message}");
+    let refused = diesel::sql_query(format!(
+        "INSERT INTO checkpoints (task_id, orbit_id, author_id, lease_version, sequence, \
+                                  summary, state, state_hash) \
+         VALUES ({t}, {other}, {who}, 1, 99, 's', '{{}}', 'h')",
+        other = d.orbit,
+        who = a.id
+    ))
+    .execute(&mut conn);
+    let message = format!(
+        "{:?}",
+        refused.expect_err("a checkpoint in another orbit was stored")
+    );
+    assert!(message.contains("checkpoints_task_orbit_fkey"), "{message}");
+}
