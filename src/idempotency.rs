@@ -353,8 +353,10 @@ pub fn purge_expired(conn: &mut PgConnection) -> QueryResult<usize> {
     let mut total = 0;
     loop {
         let n = crate::db::sql(
+            // statement_timestamp(), not clock_timestamp(): a volatile bound cannot
+            // be an index condition, and the scan would then read every key.
             "DELETE FROM idempotency_keys WHERE id IN ( \
-                 SELECT id FROM idempotency_keys WHERE expires_at <= clock_timestamp() \
+                 SELECT id FROM idempotency_keys WHERE expires_at <= statement_timestamp() \
                  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
         )
         .bind::<BigInt, _>(BATCH)
