@@ -187,23 +187,22 @@ pub fn token_with_memberships(
     conn: &mut PgConnection,
     key: TokenKey<'_>,
 ) -> QueryResult<Option<(TokenRow, Vec<MembershipSummary>)>> {
-    // The memberships come as parallel arrays, ordered by orbit.
+    // One row per membership, each repeating the token's columns; a contributor
+    // without memberships gets one row whose membership columns are null. The
+    // memberships are put in orbit order here rather than by the query (a Sort
+    // node costs more to set up than the few rows cost to sort).
     macro_rules! me_query {
         ($filter:literal) => {
             concat!(
                 "SELECT t.id, t.secret_hash, t.last_used_at, t.revoked_at, \
-                        clock_timestamp() AS now, c.id AS contributor_id, c.type AS kind, c.name, \
-                        c.model_claim, m.orbit_ids, m.orbit_slugs, m.orbit_names, m.roles, \
-                        m.joined \
+                        clock_timestamp() AS now, c.id AS contributor_id, c.type AS kind, \
+                        c.name, c.model_claim, m.orbit_id, m.slug, m.orbit_name, m.role, \
+                        m.created_at \
                  FROM tokens t JOIN contributors c ON c.id = t.contributor_id \
-                 CROSS JOIN LATERAL ( \
-                     SELECT coalesce(array_agg(o.id ORDER BY o.id), '{}') AS orbit_ids, \
-                            coalesce(array_agg(o.slug ORDER BY o.id), '{}') AS orbit_slugs, \
-                            coalesce(array_agg(o.name ORDER BY o.id), '{}') AS orbit_names, \
-                            coalesce(array_agg(ms.role ORDER BY o.id), '{}') AS roles, \
-                            coalesce(array_agg(ms.created_at ORDER BY o.id), '{}') AS joined \
+                 LEFT JOIN LATERAL ( \
+                     SELECT ms.orbit_id, o.slug, o.name AS orbit_name, ms.role, ms.created_at \
                      FROM memberships ms JOIN orbits o ON o.id = ms.orbit_id \
-                     WHERE ms.contributor_id = c.id) m \
+                     WHERE ms.contributor_id = c.id) m ON true \
                  WHERE ",
                 $filter
             )
@@ -229,53 +228,48 @@ pub fn token_with_memberships(
         name: String,
         #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
         model_claim: Option<String>,
-        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::BigInt>)]
-        orbit_ids: Vec<i64>,
-        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
-        orbit_slugs: Vec<String>,
-        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
-        orbit_names: Vec<String>,
-        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
-        roles: Vec<String>,
-        #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Timestamptz>)]
-        joined: Vec<DateTime<Utc>>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+        orbit_id: Option<i64>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        slug: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        orbit_name: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        role: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+        created_at: Option<DateTime<Utc>>,
     }
-    let row: Option<Row> = match key {
+    let rows: Vec<Row> = match key {
         TokenKey::Id(id) => crate::db::sql(me_query!("t.id = $1"))
             .bind::<diesel::sql_types::BigInt, _>(id)
-            .get_result(conn)
-            .optional()?,
+            .load(conn)?,
         TokenKey::Lookup(lookup) => crate::db::sql(me_query!("t.lookup = $1"))
             .bind::<diesel::sql_types::Text, _>(lookup)
-            .get_result(conn)
-            .optional()?,
+            .load(conn)?,
     };
-    Ok(row.map(|r| {
-        let memberships = r
-            .orbit_ids
-            .into_iter()
-            .zip(r.orbit_slugs)
-            .zip(r.orbit_names)
-            .zip(r.roles)
-            .zip(r.joined)
-            .map(
-                |((((orbit_id, orbit_slug), orbit_name), role), joined_at)| MembershipSummary {
-                    orbit_id,
-                    orbit_slug,
-                    orbit_name,
-                    role,
-                    joined_at,
-                },
-            )
-            .collect();
-        let token = TokenRow {
+    let mut memberships = Vec::with_capacity(rows.len());
+    let mut token = None;
+    for r in rows {
+        if let (Some(orbit_id), Some(orbit_slug), Some(orbit_name), Some(role), Some(joined_at)) =
+            (r.orbit_id, r.slug, r.orbit_name, r.role, r.created_at)
+        {
+            memberships.push(MembershipSummary {
+                orbit_id,
+                orbit_slug,
+                orbit_name,
+                role,
+                joined_at,
+            });
+        }
+        token.get_or_insert(TokenRow {
             id: r.id,
             secret_hash: r.secret_hash,
             last_used_at: r.last_used_at,
             revoked_at: r.revoked_at,
             now: r.now,
             contributor: (r.contributor_id, r.kind, r.name, r.model_claim),
-        };
-        (token, memberships)
-    }))
+        });
+    }
+    memberships.sort_unstable_by_key(|m| m.orbit_id);
+    Ok(token.map(|t| (t, memberships)))
 }
