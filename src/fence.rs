@@ -12,7 +12,7 @@
 //!    completion, renewal and the fence check only).
 //!
 //! Lock order everywhere: task row, then handoffs, then leases, then the orbit's
-//! revision (last, in `revision::apply`).
+//! revision (last, in `orbit_apply`, sent with the COMMIT: `revision::closing`).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;

@@ -302,16 +302,19 @@ impl Gate {
         Ok(crate::revision::PENDING)
     }
 
-    /// Ends the write in its transaction: applies the recorded change (which takes
-    /// the orbit's lock, so it comes last) and stores the response under the key, in
-    /// one statement; `body` gets the revision. A route that must be keyed but
-    /// never claimed is a programming error, refused loudly.
+    /// Ends the write in its transaction. With a recorded change, returns the
+    /// closing statement (`revision::closing`) that applies it and stores the
+    /// response under the key; `db::transact_closing` sends it with the COMMIT (it
+    /// takes the orbit's lock, so it comes last) and the sent body gets the
+    /// revision after the commit. Without a change, the response is stored here. A
+    /// route that must be keyed but never claimed is a programming error, refused
+    /// loudly.
     pub fn finish(
         &mut self,
         conn: &mut PgConnection,
         status: StatusCode,
-        body: &mut Vec<u8>,
-    ) -> TxResult<()> {
+        body: &[u8],
+    ) -> TxResult<Option<String>> {
         if !self.checked && self.op.rule == KeyRule::Required {
             tracing::error!(operation = %self.op.scope(), "write route never claimed its key");
             return Err(ApiError::internal().into());
@@ -320,10 +323,13 @@ impl Gate {
             let response = self.claimed.map(|key_id| crate::revision::StoredResponse {
                 key_id,
                 status: status.as_u16() as i16,
-                body: body.as_slice(),
+                body,
             });
-            let revision = crate::revision::apply(conn, &change, response)?;
-            *body = crate::revision::fill(body, revision);
+            let closing = crate::revision::closing(&change, response).map_err(|e| {
+                tracing::error!(error = %e, "cannot render the closing statement");
+                ApiError::internal()
+            })?;
+            return Ok(Some(closing));
         } else if let Some(id) = self.claimed {
             crate::db::sql(
                 "UPDATE idempotency_keys SET response_status = $2, response_body = $3 \
@@ -331,10 +337,10 @@ impl Gate {
             )
             .bind::<BigInt, _>(id)
             .bind::<Int2, _>(status.as_u16() as i16)
-            .bind::<Bytea, _>(&*body)
+            .bind::<Bytea, _>(body)
             .execute(conn)?;
         }
-        Ok(())
+        Ok(None)
     }
 }
 

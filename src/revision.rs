@@ -1,20 +1,19 @@
 //! The orbit revision: every write inside an orbit advances it by exactly one.
 //!
 //! A write names its change with `Gate::record` (src/idempotency.rs), which hands
-//! back [`PENDING`] for the response body. The change is applied by [`apply`] as the
-//! transaction's last statement, together with the stored idempotent response: one
-//! statement bumps the orbit's counter, appends the change row and stores the
-//! response with the real revision in place of the placeholder. The `UPDATE` takes
-//! the orbit row's lock, so concurrent writers of one orbit are ordered by it and the
-//! revisions are dense (a rolled-back transaction gives its number back); holding it
-//! for one statement and the commit is what bounds a busy orbit's write rate. Long
-//! polls are woken after commit (`ChangeHub::publish`), never from inside the
-//! transaction.
+//! back [`PENDING`] for the response body. The change is applied by `orbit_apply`
+//! ([`APPLY_PREPARE`]) as the transaction's last statement, together with the stored
+//! idempotent response: one statement bumps the orbit's counter, appends the change
+//! row and stores the response with the real revision in place of the placeholder.
+//! It is sent in one message with the COMMIT ([`closing`], `db::transact_closing`).
+//! The `UPDATE` takes the orbit row's lock, so concurrent writers of one orbit are
+//! ordered by it and the revisions are dense (a rolled-back transaction gives its
+//! number back); holding it for one statement and the commit, with no round trip to
+//! the service in between, is what bounds a busy orbit's write rate. Long polls are
+//! woken after commit (`ChangeHub::publish`), never from inside the transaction.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bytea, Int2, Nullable, Text};
-
-use crate::db::BindNext;
+use diesel::sql_types::BigInt;
 
 pub const NOTIFY_CHANNEL: &str = "orbit_changes";
 
@@ -72,50 +71,88 @@ pub struct StoredResponse<'a> {
     pub body: &'a [u8],
 }
 
-/// Advances the orbit's revision by one, appends the change row and, when the write
+/// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:
+/// advances the orbit's revision by one, appends the change row and, when the write
 /// holds a key, stores its response with the revision filled in, in one statement.
-/// Returns the new revision.
-pub fn apply(
-    conn: &mut PgConnection,
-    change: &Pending,
-    response: Option<StoredResponse<'_>>,
-) -> QueryResult<i64> {
+/// The new revision is left in the session setting `orbit.revision`, which outlives
+/// the commit, because the statement is sent together with COMMIT ([`closing`]) and
+/// its rows are not read.
+pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
+        (bigint, text, text, bigint, bigint, bigint, text, bigint, int2, bytea, text) AS \
+     WITH bumped AS ( \
+         UPDATE orbits SET revision = revision + 1 WHERE id = $1 RETURNING id, revision \
+     ), change AS ( \
+         INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id, \
+                              contributor_id, summary, created_at) \
+         SELECT b.id, b.revision, $2, $3, $4, $5, $6, $7, clock_timestamp() \
+         FROM bumped b \
+         RETURNING revision \
+     ), stored AS ( \
+         UPDATE idempotency_keys k \
+         SET response_status = $9, \
+             response_body = convert_to(replace(convert_from($10, 'UTF8'), $11, \
+                             '\"orbit_revision\":' || c.revision), 'UTF8') \
+         FROM change c \
+         WHERE k.id = $8 \
+     ) \
+     SELECT set_config('orbit.revision', revision::text, false) FROM change";
+
+/// Reads the revision the last committed `orbit_apply` of this connection took.
+pub fn applied(conn: &mut PgConnection) -> QueryResult<i64> {
+    let row: Revision =
+        crate::db::sql("SELECT current_setting('orbit.revision')::bigint AS revision")
+            .get_result(conn)?;
+    Ok(row.revision)
+}
+
+/// The statement that applies `change` (and stores `response`), as text to send in
+/// one message with the transaction's COMMIT: the orbit row's lock is then held
+/// from this statement to the commit without a round trip to the service between
+/// them, so a busy orbit's writers wait for the database only, never for a service
+/// thread to be scheduled. Values are literals (the simple-query protocol carries
+/// no parameters): numbers as digits, text as standard-conforming string literals
+/// (quotes doubled; the connection sets `standard_conforming_strings`), the body as
+/// a hex bytea literal.
+pub fn closing(change: &Pending, response: Option<StoredResponse<'_>>) -> Result<String, String> {
+    use std::fmt::Write as _;
+    fn text(out: &mut String, s: &str) -> Result<(), String> {
+        if s.contains('\0') {
+            return Err("a NUL character cannot be stored".into());
+        }
+        out.push('\'');
+        for ch in s.chars() {
+            if ch == '\'' {
+                out.push('\'');
+            }
+            out.push(ch);
+        }
+        out.push('\'');
+        Ok(())
+    }
+    let opt = |v: Option<i64>| v.map_or_else(|| "NULL".to_owned(), |v| v.to_string());
     let (key_id, status, body) = match response {
         Some(r) => (Some(r.key_id), r.status, r.body),
         None => (None, 0, &[][..]),
     };
-    let row: Revision = crate::db::sql(
-        "WITH bumped AS ( \
-             UPDATE orbits SET revision = revision + 1 WHERE id = $1 RETURNING id, revision \
-         ), change AS ( \
-             INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id, \
-                                  contributor_id, summary, created_at) \
-             SELECT b.id, b.revision, $2, $3, $4, $5, $6, $7, clock_timestamp() \
-             FROM bumped b \
-             RETURNING revision \
-         ), stored AS ( \
-             UPDATE idempotency_keys k \
-             SET response_status = $9, \
-                 response_body = convert_to(replace(convert_from($10, 'UTF8'), $11, \
-                                 '\"orbit_revision\":' || c.revision), 'UTF8') \
-             FROM change c \
-             WHERE k.id = $8 \
-         ) \
-         SELECT revision FROM change",
-    )
-    .bind::<BigInt, _>(change.orbit_id)
-    .bind::<Text, _>(&change.kind)
-    .bind::<Text, _>(&change.entity_type)
-    .bind::<BigInt, _>(change.entity_id)
-    .bind::<Nullable<BigInt>, _>(change.task_id)
-    .bind::<BigInt, _>(change.contributor_id)
-    .bind::<Text, _>(&change.summary)
-    .bind::<Nullable<BigInt>, _>(key_id)
-    .bind::<Int2, _>(status)
-    .bind::<Bytea, _>(body)
-    .bind::<Text, _>(PENDING_FIELD)
-    .get_result(conn)?;
-    Ok(row.revision)
+    let mut sql = String::with_capacity(160 + change.summary.len() + 2 * body.len());
+    let _ = write!(sql, "EXECUTE orbit_apply({}, ", change.orbit_id);
+    text(&mut sql, &change.kind)?;
+    sql.push_str(", ");
+    text(&mut sql, &change.entity_type)?;
+    let _ = write!(
+        sql,
+        ", {}, {}, {}, ",
+        change.entity_id,
+        opt(change.task_id),
+        change.contributor_id
+    );
+    text(&mut sql, &change.summary)?;
+    let _ = write!(sql, ", {}, {status}, '\\x", opt(key_id));
+    sql.push_str(&hex::encode(body));
+    sql.push_str("', ");
+    text(&mut sql, PENDING_FIELD)?;
+    sql.push(')');
+    Ok(sql)
 }
 
 /// Puts `revision` in place of [`PENDING`] in a serialized (compact) JSON body. The
@@ -137,6 +174,48 @@ pub fn fill(body: &[u8], revision: i64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn change(summary: &str) -> Pending {
+        Pending {
+            orbit_id: 7,
+            contributor_id: 3,
+            kind: "task.created".into(),
+            entity_type: "task".into(),
+            entity_id: 11,
+            task_id: None,
+            summary: summary.into(),
+        }
+    }
+
+    #[test]
+    fn closing_renders_values_as_literals() {
+        let body = br#"{"a":"it's \ here"}"#;
+        let sql = closing(
+            &change("it's a \\ 'quoted' summary"),
+            Some(StoredResponse {
+                key_id: 5,
+                status: 201,
+                body,
+            }),
+        )
+        .unwrap();
+        assert_eq!(
+            sql,
+            format!(
+                "EXECUTE orbit_apply(7, 'task.created', 'task', 11, NULL, 3, \
+                 'it''s a \\ ''quoted'' summary', 5, 201, '\\x{}', \
+                 '\"orbit_revision\":-9223372036854775807')",
+                hex::encode(body)
+            )
+        );
+        let no_key = closing(&change("s"), None).unwrap();
+        assert!(no_key.ends_with(", NULL, 0, '\\x', '\"orbit_revision\":-9223372036854775807')"));
+    }
+
+    #[test]
+    fn closing_refuses_a_nul_character() {
+        assert!(closing(&change("a\0b"), None).is_err());
+    }
 
     #[test]
     fn fill_replaces_only_the_field() {

@@ -163,7 +163,7 @@ where
 {
     let tokens = state.tokens.clone();
     let retention = state.config.idempotency_retention_hours;
-    let outcome = db::transact(&state.pool, move |conn| {
+    let (outcome, revision) = db::transact_closing(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
         let mut gate = Gate::new(
             op,
@@ -173,17 +173,20 @@ where
             retention,
         );
         match work(conn, &caller, &mut gate) {
-            Ok(mut reply) => {
-                gate.finish(conn, reply.status, &mut reply.body)?;
-                Ok(Outcome::Done(reply))
+            Ok(reply) => {
+                let closing = gate.finish(conn, reply.status, &reply.body)?;
+                Ok((Outcome::Done(reply), closing))
             }
-            Err(TxError::Replay(stored)) => Ok(Outcome::Replayed(stored)),
+            Err(TxError::Replay(stored)) => Ok((Outcome::Replayed(stored), None)),
             Err(e) => Err(e),
         }
     })
     .await?;
     Ok(match outcome {
-        Outcome::Done(reply) => {
+        Outcome::Done(mut reply) => {
+            if let Some(revision) = revision {
+                reply.body = crate::revision::fill(&reply.body, revision);
+            }
             if let Some(orbit_id) = reply.orbit_id {
                 state.hub.publish(orbit_id);
             }

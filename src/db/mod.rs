@@ -46,10 +46,12 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings 
         // weighs plans).
         conn.batch_execute(&format!(
             "SET statement_timeout = {}; SET lock_timeout = {}; SET TIME ZONE 'UTC'; \
-             SET idle_in_transaction_session_timeout = {}; SET enable_seqscan = off",
+             SET idle_in_transaction_session_timeout = {}; SET enable_seqscan = off; \
+             SET standard_conforming_strings = on; {}",
             self.statement_timeout_ms,
             (self.statement_timeout_ms / 2).max(100),
-            self.statement_timeout_ms * 2
+            self.statement_timeout_ms * 2,
+            crate::revision::APPLY_PREPARE
         ))
         .map_err(diesel::r2d2::Error::QueryError)
     }
@@ -212,17 +214,48 @@ where
     T: Send + 'static,
     F: FnMut(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
+    retrying(pool, move |conn| {
+        conn.transaction::<T, TxError, _>(|c| work(c))
+    })
+    .await
+}
+
+/// Like [`transact`], for a unit of work that ends with a closing statement (a
+/// write's `revision::closing`): the statement and the COMMIT go to the database in
+/// one message, so the locks the statement takes are held until the commit without
+/// a round trip to this process in between. Returns the work's value and, when a
+/// closing statement ran, the revision it took (read after the commit).
+///
+/// The transaction is driven with plain BEGIN / COMMIT / ROLLBACK rather than
+/// diesel's transaction manager, which cannot commit inside a batch; a panic in
+/// `work` rolls back before it unwinds, so no pooled connection is left inside a
+/// transaction.
+pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<i64>)>
+where
+    T: Send + 'static,
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
+{
+    retrying(pool, move |conn| closing_attempt(conn, &mut work)).await
+}
+
+/// One `web::block` and one pool checkout; `attempt` (a whole transaction) runs
+/// again after a deadlock or serialization failure, up to [`MAX_ATTEMPTS`] times.
+async fn retrying<T, A>(pool: &PgPool, mut attempt: A) -> ApiResult<T>
+where
+    T: Send + 'static,
+    A: FnMut(&mut PgConnection) -> TxResult<T> + Send + 'static,
+{
     let pool = pool.clone();
     actix_web::web::block(move || {
         let mut conn = checkout(&pool)?;
-        let mut attempt = 0;
+        let mut n = 0;
         loop {
-            attempt += 1;
-            match conn.transaction::<T, TxError, _>(|c| work(c)) {
+            n += 1;
+            match attempt(&mut conn) {
                 Ok(v) => return Ok(v),
-                Err(TxError::Db(e)) if attempt < MAX_ATTEMPTS && is_retryable(&e) => {
-                    tracing::debug!(attempt, error = %e, "retrying transaction after a race");
-                    std::thread::sleep(Duration::from_millis(2 * attempt as u64));
+                Err(TxError::Db(e)) if n < MAX_ATTEMPTS && is_retryable(&e) => {
+                    tracing::debug!(attempt = n, error = %e, "retrying transaction after a race");
+                    std::thread::sleep(Duration::from_millis(2 * n as u64));
                 }
                 Err(e) => return Err(ApiError::from(e)),
             }
@@ -233,6 +266,38 @@ where
         tracing::error!(error = %e, "blocking task failed");
         ApiError::internal()
     })?
+}
+
+fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, Option<i64>)>
+where
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
+{
+    conn.batch_execute("BEGIN")?;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)));
+    match outcome {
+        Ok(Ok((value, Some(closing)))) => {
+            // On an error the rest of the message is skipped and the transaction
+            // is left aborted (or, if COMMIT itself failed, already ended).
+            if let Err(e) = conn.batch_execute(&format!("{closing}; COMMIT")) {
+                let _ = conn.batch_execute("ROLLBACK");
+                return Err(e.into());
+            }
+            let revision = crate::revision::applied(conn)?;
+            Ok((value, Some(revision)))
+        }
+        Ok(Ok((value, None))) => {
+            conn.batch_execute("COMMIT")?;
+            Ok((value, None))
+        }
+        Ok(Err(e)) => {
+            conn.batch_execute("ROLLBACK")?;
+            Err(e)
+        }
+        Err(panic) => {
+            let _ = conn.batch_execute("ROLLBACK");
+            std::panic::resume_unwind(panic)
+        }
+    }
 }
 
 /// Runs read-only work on one pooled connection without an explicit transaction.

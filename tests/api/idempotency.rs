@@ -659,3 +659,19 @@ async fn a_request_killed_mid_transaction_leaves_no_key() {
     assert_eq!(w.stored(a.id, &key), 1);
     assert_eq!(count(&app, "SELECT count(*) AS n FROM orbits"), 1);
 }
+
+#[tokio::test]
+async fn a_stored_response_with_quotes_backslashes_and_emoji_replays_byte_for_byte() {
+    // The response is stored by a statement whose values travel as SQL literals
+    // (sent together with the COMMIT): quotes, backslashes, escapes and non-ASCII
+    // text must come back exactly as they were sent the first time.
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let w = Keyed::create_orbit(&app);
+    let name = "it's a \\ 'test' \\x41 \"quoted\" $$ 🚀 שלום \u{0007}";
+    let (_, first) =
+        assert_replays_byte_for_byte(&w, &a, &json!({"slug": "quoted-orbit", "name": name})).await;
+    assert_eq!(first.json["data"]["name"], name);
+    let revision = first.json["data"]["orbit_revision"].as_i64().unwrap();
+    assert_eq!(revision, 1);
+}
