@@ -350,6 +350,12 @@ impl From<TaskRow> for Task {
 // one lookup per task returned, whatever statistics the cached plan was made with.
 // A task's open lease, if any, is always its newest (`lease_version`): a version is
 // issued only after the previous lease ended (src/fence.rs).
+// Each related row is probed per task by its own key, whatever the table sizes: a
+// lateral subquery with `OFFSET 0` keeps the planner from joining the creators
+// another way (a merge join over the whole contributors index, seen on small
+// tables) and from reaching the active lease through a partial index filtered by
+// task (`end_reason IS NULL` would make `leases_active_orbit_idx` eligible). The
+// lease is found by `(task_id, lease_version)`, the unique key, and then checked.
 const TASK_SELECT: &str =
     "SELECT t.id, t.orbit_id, t.problem_id, t.title, t.description, t.status, \
         t.lease_version, t.completion_summary, t.result_contribution_id, t.cancel_reason, \
@@ -359,14 +365,19 @@ const TASK_SELECT: &str =
         l.expires_at AS l_expires_at, l.renewed_at AS l_renewed_at, \
         lc.id AS lc_id, lc.type AS lc_type, lc.name AS lc_name, lc.model_claim AS lc_model_claim \
     FROM tasks t \
-    JOIN contributors cb ON cb.id = t.created_by \
+    JOIN LATERAL ( \
+        SELECT c.id, c.type, c.name, c.model_claim FROM contributors c \
+        WHERE c.id = t.created_by OFFSET 0 \
+    ) cb ON true \
     LEFT JOIN LATERAL ( \
-        SELECT l.id, l.lease_version, l.acquired_at, l.expires_at, l.renewed_at, \
-               l.contributor_id \
-        FROM leases l \
-        WHERE l.task_id = t.id AND l.lease_version = t.lease_version \
-          AND l.end_reason IS NULL AND l.expires_at > clock_timestamp() \
-        LIMIT 1 \
+        SELECT v.* FROM ( \
+            SELECT l.id, l.lease_version, l.acquired_at, l.expires_at, l.renewed_at, \
+                   l.contributor_id, l.end_reason \
+            FROM leases l \
+            WHERE l.task_id = t.id AND l.lease_version = t.lease_version \
+            OFFSET 0 \
+        ) v \
+        WHERE v.end_reason IS NULL AND v.expires_at > clock_timestamp() \
     ) l ON true \
     LEFT JOIN contributors lc ON lc.id = l.contributor_id";
 
