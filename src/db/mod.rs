@@ -226,10 +226,10 @@ where
 /// a round trip to this process in between. Returns the work's value and, when a
 /// closing statement ran, the revision it took (read after the commit).
 ///
-/// The transaction is driven with plain BEGIN / COMMIT / ROLLBACK rather than
-/// diesel's transaction manager, which cannot commit inside a batch; a panic in
-/// `work` rolls back before it unwinds, so no pooled connection is left inside a
-/// transaction.
+/// diesel's transaction manager begins the transaction (so nested
+/// `conn.transaction()` calls are savepoints) and rolls it back on an error or a
+/// panic; only the closing COMMIT is sent outside it, in the batch (diesel reads the
+/// connection's transaction status after each statement, so it sees the end).
 pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<i64>)>
 where
     T: Send + 'static,
@@ -272,29 +272,36 @@ fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, 
 where
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
 {
-    conn.batch_execute("BEGIN")?;
+    use diesel::connection::{AnsiTransactionManager as Tm, TransactionManager};
+    // BEGIN through diesel's manager, so a `conn.transaction()` inside `work` nests
+    // as a savepoint and the pool sees the connection's real state.
+    Tm::begin_transaction(conn)?;
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)));
     match outcome {
         Ok(Ok((value, Some(closing)))) => {
             // On an error the rest of the message is skipped and the transaction
-            // is left aborted (or, if COMMIT itself failed, already ended).
+            // is left aborted (or, if COMMIT itself failed, already ended: the
+            // ROLLBACK is then a no-op).
+            // diesel's PgConnection reconciles its transaction manager with libpq's
+            // transaction status after every statement, so after this batch it
+            // knows the transaction ended.
             if let Err(e) = conn.batch_execute(&format!("{closing}; COMMIT")) {
-                let _ = conn.batch_execute("ROLLBACK");
+                let _ = Tm::rollback_transaction(conn);
                 return Err(e.into());
             }
             let revision = crate::revision::applied(conn)?;
             Ok((value, Some(revision)))
         }
         Ok(Ok((value, None))) => {
-            conn.batch_execute("COMMIT")?;
+            Tm::commit_transaction(conn)?;
             Ok((value, None))
         }
         Ok(Err(e)) => {
-            conn.batch_execute("ROLLBACK")?;
+            Tm::rollback_transaction(conn)?;
             Err(e)
         }
         Err(panic) => {
-            let _ = conn.batch_execute("ROLLBACK");
+            let _ = Tm::rollback_transaction(conn);
             std::panic::resume_unwind(panic)
         }
     }
