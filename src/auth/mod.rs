@@ -2,9 +2,10 @@
 //!
 //! A presented token is checked for format first (no hashing for garbage). A token
 //! verified with argon2 is remembered in memory under an HMAC of the token with a
-//! per-process key until it has gone unused for 10 minutes, so later requests skip argon2;
-//! failures are never cached. Revocation is still read from the database on every request, so a revoked
-//! token is refused on the very next request on any instance.
+//! per-process key until it has gone unused for 10 minutes, so later requests skip
+//! argon2; failures are never cached. Revocation is still read from the database on
+//! every request, so a revoked token is refused on the very next request on any
+//! instance.
 
 pub mod token;
 

@@ -643,6 +643,16 @@ pub fn insert_lease(
     .map(Lease::from)
 }
 
+/// Ends lease `$1` at `$2` with reason `$3`, or as EXPIRED when it ran out before.
+macro_rules! end_lease_update {
+    () => {
+        "UPDATE leases SET \
+             released_at = CASE WHEN expires_at > $2 THEN $2 END, \
+             end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
+         WHERE id = $1 AND end_reason IS NULL"
+    };
+}
+
 /// Ends a lease. An active lease ends now with `reason`; one already past its
 /// expiry is recorded as EXPIRED (its interval ended at `expires_at`).
 pub fn end_lease(
@@ -651,16 +661,11 @@ pub fn end_lease(
     now: DateTime<Utc>,
     reason: &str,
 ) -> QueryResult<()> {
-    crate::db::sql(
-        "UPDATE leases SET \
-             released_at = CASE WHEN expires_at > $2 THEN $2 END, \
-             end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
-         WHERE id = $1 AND end_reason IS NULL",
-    )
-    .bind::<BigInt, _>(lease_id)
-    .bind::<Timestamptz, _>(now)
-    .bind::<Text, _>(reason)
-    .execute(conn)?;
+    crate::db::sql(end_lease_update!())
+        .bind::<BigInt, _>(lease_id)
+        .bind::<Timestamptz, _>(now)
+        .bind::<Text, _>(reason)
+        .execute(conn)?;
     Ok(())
 }
 
@@ -694,12 +699,9 @@ pub fn end_lease_returning(
     reason: &str,
 ) -> QueryResult<Lease> {
     crate::db::sql(concat!(
-        "WITH l AS ( \
-             UPDATE leases SET \
-                 released_at = CASE WHEN expires_at > $2 THEN $2 END, \
-                 end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
-             WHERE id = $1 AND end_reason IS NULL RETURNING * \
-         ) SELECT ",
+        "WITH l AS (",
+        end_lease_update!(),
+        " RETURNING *) SELECT ",
         lease_columns!(),
         " FROM l JOIN contributors c ON c.id = l.contributor_id"
     ))
