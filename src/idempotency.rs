@@ -72,8 +72,26 @@ impl Operation {
         }
     }
 
-    fn scope(&self) -> String {
+    /// The operation part of a key's scope, as stored.
+    pub fn scope(&self) -> String {
         format!("{} {}", self.method, self.template)
+    }
+
+    /// What a key is bound to: this operation, the resolved path parameters and the
+    /// canonical body. A retry with the same key must match it.
+    pub fn fingerprint(&self, params: &[i64], body_canonical: &str) -> String {
+        let mut h = Sha256::new();
+        h.update(self.method.as_bytes());
+        h.update(b"\n");
+        h.update(self.template.as_bytes());
+        h.update(b"\n");
+        for p in params {
+            h.update(p.to_string().as_bytes());
+            h.update(b"/");
+        }
+        h.update(b"\n");
+        h.update(body_canonical.as_bytes());
+        hex::encode(h.finalize())
     }
 }
 
@@ -179,18 +197,7 @@ impl Gate {
     }
 
     fn fingerprint(&self, params: &[i64]) -> String {
-        let mut h = Sha256::new();
-        h.update(self.op.method.as_bytes());
-        h.update(b"\n");
-        h.update(self.op.template.as_bytes());
-        h.update(b"\n");
-        for p in params {
-            h.update(p.to_string().as_bytes());
-            h.update(b"/");
-        }
-        h.update(b"\n");
-        h.update(self.body_canonical.as_bytes());
-        hex::encode(h.finalize())
+        self.op.fingerprint(params, &self.body_canonical)
     }
 
     /// Claims the key for this request, after the handler's 401/404/403/422 checks

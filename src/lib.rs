@@ -17,6 +17,7 @@ pub mod idempotency;
 pub mod json;
 pub mod mcp;
 pub mod metrics;
+pub mod quick;
 pub mod ratelimit;
 pub mod revision;
 pub mod routes;

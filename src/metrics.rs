@@ -30,6 +30,10 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<String, Histogram>>,
     errors: Mutex<BTreeMap<String, u64>>,
     pub idempotency_replays: AtomicU64,
+    /// Lease-cycle writes done in one statement (`src/quick.rs`), and those tried
+    /// that way and then run through the ordinary path.
+    pub quick_writes: AtomicU64,
+    pub quick_declined: AtomicU64,
     pub rate_limited: [AtomicU64; 3],
 }
 
@@ -183,6 +187,18 @@ impl Metrics {
             "orbit_idempotency_replays_total",
             "Keyed writes answered from a stored response.",
             self.idempotency_replays.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_quick_writes_total",
+            "Lease-cycle writes done in one statement (docs/ARCHITECTURE.md, quick writes).",
+            self.quick_writes.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_quick_writes_declined_total",
+            "Lease-cycle writes tried in one statement that ran through the ordinary path.",
+            self.quick_declined.load(Ordering::Relaxed),
         );
         let _ = writeln!(
             out,

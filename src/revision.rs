@@ -21,15 +21,9 @@ pub const NOTIFY_CHANNEL: &str = "orbit_changes";
 /// Only ever serialized as the value of an `orbit_revision` field.
 pub const PENDING: i64 = -9_223_372_036_854_775_807;
 
-/// The placeholder field as it appears in a compact JSON body (a macro, so the
-/// prepared statement can carry it as a literal).
-macro_rules! pending_field {
-    () => {
-        "\"orbit_revision\":-9223372036854775807"
-    };
-}
-
-const PENDING_FIELD: &str = pending_field!();
+/// The placeholder field as it appears in a compact JSON body (`apply_change` in
+/// the migrations replaces the same text).
+const PENDING_FIELD: &str = "\"orbit_revision\":-9223372036854775807";
 
 /// What a write did, for the change feed.
 pub struct Change<'a> {
@@ -80,33 +74,16 @@ pub struct StoredResponse<'a> {
 }
 
 /// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:
-/// advances the orbit's revision by one, appends the change row and, when the write
-/// holds a key, stores its response with the revision filled in, in one statement.
+/// calls `apply_change` (migration 6; the quick writes of `src/quick.rs` call it
+/// too), which advances the orbit's revision by one, appends the change row and,
+/// when the write holds a key, stores its response with the revision filled in.
 /// The new revision is left in the session setting `orbit.revision`, which outlives
 /// the commit, because the statement is sent together with COMMIT ([`closing`]) and
 /// its rows are not read.
-pub const APPLY_PREPARE: &str = concat!(
-    "PREPARE orbit_apply \
+pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
         (bigint, text, text, bigint, bigint, bigint, text, bigint, int2, bytea) AS \
-     WITH bumped AS ( \
-         UPDATE orbits SET revision = revision + 1 WHERE id = $1 RETURNING id, revision \
-     ), change AS ( \
-         INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id, \
-                              contributor_id, summary, created_at) \
-         SELECT b.id, b.revision, $2, $3, $4, $5, $6, $7, clock_timestamp() \
-         FROM bumped b \
-         RETURNING revision \
-     ), stored AS ( \
-         UPDATE idempotency_keys k \
-         SET response_status = $9, \
-             response_body = convert_to(replace(convert_from($10, 'UTF8'), '",
-    pending_field!(),
-    "', '\"orbit_revision\":' || c.revision), 'UTF8') \
-         FROM change c \
-         WHERE k.id = $8 \
-     ) \
-     SELECT set_config('orbit.revision', revision::text, false) FROM change"
-);
+     SELECT set_config('orbit.revision', \
+                       apply_change($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text, false)";
 
 /// Reads the revision the last committed `orbit_apply` of this connection took.
 pub fn applied(conn: &mut PgConnection) -> QueryResult<i64> {
@@ -218,6 +195,16 @@ mod tests {
         );
         let no_key = closing(&change("s"), None).unwrap();
         assert!(no_key.ends_with(", NULL, 0, '\\x')"));
+    }
+
+    /// The migration that defines `apply_change`.
+    const APPLY_CHANGE_SQL: &str =
+        include_str!("../migrations/2026-11-30-000006_one_statement_lease_writes/up.sql");
+
+    #[test]
+    fn apply_change_fills_the_same_placeholder() {
+        assert!(APPLY_CHANGE_SQL.contains(&format!("'{PENDING_FIELD}'")));
+        assert_eq!(PENDING_FIELD, format!("\"orbit_revision\":{PENDING}"));
     }
 
     #[test]

@@ -9,13 +9,14 @@ use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::task_member;
 use crate::api::types::{page, PageMeta, PageParams};
-use crate::api::{ok_json, page_json, write, Reply, State};
+use crate::api::{ok_json, page_json, write_quick, Reply, State};
 use crate::auth::{Bearer, Caller};
 use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{canonical_json, Body, Validate};
+use crate::quick::QuickCall;
 use crate::revision::Change;
 use crate::store::refs;
 use crate::store::tasks::{self as store, Checkpoint};
@@ -90,12 +91,26 @@ pub async fn create_checkpoint(
     let canonical = body.canonical.clone();
     // Hashed once, outside the transaction (which may be retried).
     let hashed = state_hash(&body);
-    write(
+    // Artifacts are checked by the ordinary path only.
+    let quick = body
+        .check()
+        .ok()
+        .filter(|v| v.artifact_ids.as_ref().is_none_or(Vec::is_empty))
+        .zip(hashed.as_ref())
+        .map(|(v, (state, hash))| QuickCall::Checkpoint {
+            task_id,
+            lease_version: v.lease_version,
+            summary: v.summary.clone(),
+            state: state.clone(),
+            state_hash: hash.clone(),
+        });
+    write_quick(
         &state,
         bearer,
         key,
         &CREATE_CHECKPOINT,
         canonical,
+        quick,
         move |conn, caller, gate| create(conn, caller, gate, task_id, &body, &hashed),
     )
     .await

@@ -10,13 +10,14 @@ use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::tasks::{task_closed, task_member};
 use crate::api::types::{page, ts, PageMeta, PageParams};
-use crate::api::{ok_json, page_json, write, Reply, State};
+use crate::api::{ok_json, page_json, write, write_quick, Reply, State};
 use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
+use crate::quick::QuickCall;
 use crate::revision::Change;
 use crate::store::handoffs;
 use crate::store::orbits::{member_or_forbidden, Role};
@@ -96,13 +97,19 @@ pub async fn acquire_lease(
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
     let canonical = body.canonical.clone();
+    let quick = body
+        .check()
+        .ok()
+        .and_then(|b| duration(&state, b.duration_seconds).ok())
+        .map(|seconds| QuickCall::Acquire { task_id, seconds });
     let state2 = state.clone();
-    write(
+    write_quick(
         &state,
         bearer,
         key,
         &ACQUIRE_LEASE,
         canonical,
+        quick,
         move |conn, caller, gate| acquire(conn, caller, gate, &state2, task_id, &body),
     )
     .await
@@ -362,12 +369,17 @@ pub async fn release_lease(
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
     let canonical = body.canonical.clone();
-    write(
+    let quick = body.check().ok().map(|b| QuickCall::Release {
+        lease_id,
+        lease_version: b.lease_version,
+    });
+    write_quick(
         &state,
         bearer,
         key,
         &RELEASE_LEASE,
         canonical,
+        quick,
         move |conn, caller, gate| release(conn, caller, gate, lease_id, &body),
     )
     .await

@@ -19,6 +19,8 @@ pub mod tasks;
 pub mod types;
 pub mod verbatim;
 
+use std::sync::atomic::Ordering;
+
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
@@ -29,6 +31,7 @@ use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxError, TxResult};
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{Gate, IdemHeader, Operation, Stored, REPLAYED_HEADER};
+use crate::quick::{QuickCall, QuickKey};
 use crate::state::AppState;
 
 pub type State = web::Data<AppState>;
@@ -136,7 +139,25 @@ pub async fn write<F>(
 where
     F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
 {
-    let written = write_value(state, bearer, key, op, body_canonical, work).await?;
+    write_quick(state, bearer, key, op, body_canonical, None, work).await
+}
+
+/// [`write`] for a lease-cycle write that may run as one statement (`src/quick.rs`):
+/// with a token this instance has verified and a key, `quick` is tried first; when
+/// it declines, `work` runs exactly as in [`write`].
+pub async fn write_quick<F>(
+    state: &AppState,
+    bearer: Bearer,
+    key: IdemHeader,
+    op: &'static Operation,
+    body_canonical: String,
+    quick: Option<QuickCall>,
+    work: F,
+) -> ApiResult<HttpResponse>
+where
+    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
+{
+    let written = run_write(state, bearer, key, op, body_canonical, quick, work).await?;
     let mut resp = json_response(written.status, written.body);
     if written.replayed {
         resp.headers_mut().insert(
@@ -156,6 +177,21 @@ pub async fn write_value<F>(
     key: IdemHeader,
     op: &'static Operation,
     body_canonical: String,
+    work: F,
+) -> ApiResult<Written>
+where
+    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
+{
+    run_write(state, bearer, key, op, body_canonical, None, work).await
+}
+
+async fn run_write<F>(
+    state: &AppState,
+    bearer: Bearer,
+    key: IdemHeader,
+    op: &'static Operation,
+    body_canonical: String,
+    quick: Option<QuickCall>,
     mut work: F,
 ) -> ApiResult<Written>
 where
@@ -163,25 +199,64 @@ where
 {
     let tokens = state.tokens.clone();
     let retention = state.config.idempotency_retention_hours;
-    let (outcome, revision) = db::transact_closing(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        let mut gate = Gate::new(
-            op,
-            key.clone(),
-            caller.id(),
-            body_canonical.clone(),
-            retention,
-        );
-        match work(conn, &caller, &mut gate) {
-            Ok(reply) => {
-                let closing = gate.finish(conn, reply.status, &reply.body)?;
-                Ok((Outcome::Done(reply), closing))
-            }
-            Err(TxError::Replay(stored)) => Ok((Outcome::Replayed(stored), None)),
-            Err(e) => Err(e),
+    // The quick form needs a verified token (its id) and a key to claim.
+    let quick = match (quick, bearer.cached(&tokens), &key.0) {
+        (Some(call), Some((cache_key, token_id)), Some(Ok(k))) => {
+            let claim = QuickKey {
+                scope: op.scope(),
+                key: k.clone(),
+                fingerprint: op.fingerprint(&call.params(), &body_canonical),
+                retention_hours: retention as i32,
+            };
+            Some((call, cache_key, token_id, claim))
         }
-    })
-    .await?;
+        _ => None,
+    };
+    let metrics = state.metrics.clone();
+    let quick_tokens = state.tokens.clone();
+    let result = db::transact_closing_quick(
+        &state.pool,
+        move |conn| {
+            let Some((call, cache_key, token_id, claim)) = quick else {
+                return Ok(None);
+            };
+            let Some(row) = call.run(conn, token_id, &claim)? else {
+                metrics.quick_declined.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            };
+            metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
+            quick_tokens.confirm(cache_key, token_id);
+            let reply = Reply {
+                status: match call {
+                    QuickCall::Release { .. } => StatusCode::OK,
+                    _ => StatusCode::CREATED,
+                },
+                body: row.out_body.into_bytes(),
+                orbit_id: Some(row.out_orbit),
+            };
+            Ok(Some((Outcome::Done(reply), row.out_revision)))
+        },
+        move |conn| {
+            let caller = bearer.require(conn, &tokens)?;
+            let mut gate = Gate::new(
+                op,
+                key.clone(),
+                caller.id(),
+                body_canonical.clone(),
+                retention,
+            );
+            match work(conn, &caller, &mut gate) {
+                Ok(reply) => {
+                    let closing = gate.finish(conn, reply.status, &reply.body)?;
+                    Ok((Outcome::Done(reply), closing))
+                }
+                Err(TxError::Replay(stored)) => Ok((Outcome::Replayed(stored), None)),
+                Err(e) => Err(e),
+            }
+        },
+    )
+    .await;
+    let (outcome, revision) = result?;
     Ok(match outcome {
         Outcome::Done(mut reply) => {
             if let Some(revision) = revision {
@@ -200,7 +275,7 @@ where
             state
                 .metrics
                 .idempotency_replays
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(1, Ordering::Relaxed);
             Written {
                 status: stored.status,
                 body: stored.body,

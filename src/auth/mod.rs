@@ -43,7 +43,7 @@ const CACHE_MAX_ENTRIES: usize = 100_000;
 /// `last_used_at` is written at most this often per token.
 const LAST_USED_GRANULARITY_SECS: i64 = 60;
 
-type CacheKey = [u8; 32];
+pub type CacheKey = [u8; 32];
 
 #[derive(Clone, Copy)]
 struct CacheEntry {
@@ -111,6 +111,13 @@ impl TokenCache {
                 seen_at: Instant::now(),
             },
         );
+    }
+
+    /// Counts a request a quick write (`src/quick.rs`) authenticated with a cached
+    /// token, and refreshes its entry, as `Bearer::require_with` does.
+    pub fn confirm(&self, key: CacheKey, token_id: i64) {
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.put(key, token_id);
     }
 
     fn forget(&self, key: &CacheKey) {
@@ -231,6 +238,16 @@ fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option
 impl Bearer {
     pub fn is_present(&self) -> bool {
         self.0.is_some()
+    }
+
+    /// The token's row id when this instance verified it recently: a quick write
+    /// (`src/quick.rs`) then reads revocation in its own statement. `None` for no
+    /// token or one that must be verified (the ordinary path does it).
+    pub fn cached(&self, cache: &TokenCache) -> Option<(CacheKey, i64)> {
+        let token = self.0.as_deref()?;
+        token::parse(token)?;
+        let key = cache.cache_key(token);
+        cache.get(&key).map(|id| (key, id))
     }
 
     /// A caller is required: no token → 401.

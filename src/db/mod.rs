@@ -44,10 +44,18 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings 
         // revision counter is updated by each write), an index probe only its
         // chain. A query with no usable index still runs (the setting only
         // weighs plans).
+        // A statement whose client has gone (its instance was killed while it waited
+        // for a lock, say) is cancelled within half a second instead of running to
+        // its end: a one-statement write (src/quick.rs) commits when its statement
+        // ends, and must not land after the instance that sent it died (PostgreSQL
+        // 14 and later on Linux; a server that refuses the setting goes without).
         conn.batch_execute(&format!(
             "SET statement_timeout = {}; SET lock_timeout = {}; SET TIME ZONE 'UTC'; \
              SET idle_in_transaction_session_timeout = {}; SET enable_seqscan = off; \
-             SET standard_conforming_strings = on; {}",
+             SET standard_conforming_strings = on; \
+             DO $$ BEGIN \
+                 PERFORM set_config('client_connection_check_interval', '500', false); \
+             EXCEPTION WHEN OTHERS THEN NULL; END $$; {}",
             self.statement_timeout_ms,
             (self.statement_timeout_ms / 2).max(100),
             self.statement_timeout_ms * 2,
@@ -230,12 +238,37 @@ where
 /// `conn.transaction()` calls are savepoints) and rolls it back on an error or a
 /// panic; only the closing COMMIT is sent outside it, in the batch (diesel reads the
 /// connection's transaction status after each statement, so it sees the end).
-pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<i64>)>
+pub async fn transact_closing<T, F>(pool: &PgPool, work: F) -> ApiResult<(T, Option<i64>)>
 where
     T: Send + 'static,
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
 {
-    retrying(pool, move |conn| closing_attempt(conn, &mut work)).await
+    transact_closing_quick(pool, |_| Ok(None), work).await
+}
+
+/// [`transact_closing`] after a one-statement attempt (`src/quick.rs`): `quick` runs
+/// first, on the same connection; its `Some((value, revision))` is the result, and
+/// `None` (it changed nothing) runs `work` as usual.
+pub async fn transact_closing_quick<T, Q, F>(
+    pool: &PgPool,
+    quick: Q,
+    mut work: F,
+) -> ApiResult<(T, Option<i64>)>
+where
+    T: Send + 'static,
+    Q: FnOnce(&mut PgConnection) -> TxResult<Option<(T, i64)>> + Send + 'static,
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
+{
+    let mut quick = Some(quick);
+    retrying(pool, move |conn| {
+        if let Some(quick) = quick.take() {
+            if let Some((value, revision)) = quick(conn)? {
+                return Ok((value, Some(revision)));
+            }
+        }
+        closing_attempt(conn, &mut work)
+    })
+    .await
 }
 
 /// One `web::block` and one pool checkout; `attempt` (a whole transaction) runs

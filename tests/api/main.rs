@@ -15,6 +15,7 @@ mod members;
 mod openapi;
 mod orbits;
 mod protection;
+mod quick;
 mod reliability;
 mod revisions;
 mod smoke;

@@ -1391,6 +1391,17 @@ async fn crash_kill_retry_applies_each_write_once() {
         cut.await.expect("cut task").is_err(),
         "the `cut` write was answered"
     );
+    // Its statement is still queued on the lock; the server notices that its client
+    // is gone (`client_connection_check_interval`) and cancels it, so the write
+    // cannot commit after its instance died, even as one statement (src/quick.rs).
+    let gone = Instant::now();
+    while cut_lock.waiting_now(&mut monitor) > 0 {
+        assert!(
+            gone.elapsed() < Duration::from_secs(10),
+            "the killed instance's statement still waits on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cut_lock.release();
 
     // Both retried with the same key on a surviving instance.
@@ -1511,17 +1522,22 @@ impl RowLock {
         RowLock { conn, pid }
     }
 
+    /// Sessions blocked by this lock now.
+    fn waiting_now(&self, monitor: &mut PgConnection) -> i64 {
+        sql_i64(
+            monitor,
+            &format!(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE {} = ANY(pg_blocking_pids(pid))",
+                self.pid
+            ),
+        )
+    }
+
     /// Sessions waiting for this lock (polled for up to 20 s until there is one).
     fn waiters(&self, monitor: &mut PgConnection) -> i64 {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let n = sql_i64(
-                monitor,
-                &format!(
-                    "SELECT count(*) AS n FROM pg_stat_activity WHERE {} = ANY(pg_blocking_pids(pid))",
-                    self.pid
-                ),
-            );
+            let n = self.waiting_now(monitor);
             if n > 0 || Instant::now() > deadline {
                 return n;
             }

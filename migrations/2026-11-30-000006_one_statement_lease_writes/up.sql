@@ -1,0 +1,249 @@
+-- One-statement lease-cycle writes (src/quick.rs, docs/ARCHITECTURE.md "Quick writes").
+--
+-- A lease acquire, a checkpoint and a release used to take about nine round trips
+-- between the service and the database (BEGIN, token, membership, key claim, task
+-- lock, the read after the lock, the effect, the closing statement with COMMIT, the
+-- revision). Each round trip costs a context switch on both sides, which on a small
+-- machine is most of a write's CPU. The functions below run the *successful* case of
+-- each of the three writes as one statement in its own (implicit) transaction: the
+-- same statements in the same lock order (key, task row, then the orbit's revision
+-- last, in `apply_change`) and the same checks. Whenever anything is not plainly the
+-- successful case (a replayed or reused key, a lease that is not the caller's active
+-- one, a pending handoff, an open lease to end, a token to record as used, ...) the
+-- function raises `quick_declined`: its transaction rolls back having changed
+-- nothing, and the service runs the write through the ordinary path, which decides
+-- and words every refusal. So these functions never refuse anything themselves;
+-- they can only do exactly what the ordinary path would have done.
+
+-- The one place a change is applied: the orbit's revision advances by one (its row
+-- lock orders the orbit's writers, so revisions are dense), the change row is
+-- appended and, for a keyed write, the response is stored with the revision in place
+-- of the placeholder the body was built with (`revision::PENDING`). The ordinary path
+-- calls it from the prepared `orbit_apply` (`revision::APPLY_PREPARE`).
+CREATE FUNCTION apply_change(
+    p_orbit bigint, p_kind text, p_entity_type text, p_entity_id bigint, p_task bigint,
+    p_contributor bigint, p_summary text, p_key bigint, p_status int2, p_body bytea)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_revision bigint;
+BEGIN
+    UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit
+        RETURNING revision INTO STRICT v_revision;
+    INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
+                         contributor_id, summary, created_at)
+    VALUES (p_orbit, v_revision, p_kind, p_entity_type, p_entity_id, p_task,
+            p_contributor, p_summary, clock_timestamp());
+    IF p_key IS NOT NULL THEN
+        UPDATE idempotency_keys
+        SET response_status = p_status,
+            response_body = convert_to(replace(convert_from(p_body, 'UTF8'),
+                '"orbit_revision":-9223372036854775807',
+                '"orbit_revision":' || v_revision), 'UTF8')
+        WHERE id = p_key;
+    END IF;
+    RETURN v_revision;
+END $$;
+
+-- Timestamps as the API writes them (`api::types::format_ts`): RFC 3339, UTC,
+-- milliseconds (truncated), `Z`.
+CREATE FUNCTION json_ts(t timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- A contributor as other objects name it (`api::types::ContributorActor`).
+CREATE FUNCTION json_actor(c contributors) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT '{"id":' || c.id || ',"type":' || to_json(c.type)::text
+        || ',"name":' || to_json(c.name)::text
+        || ',"model_claim":' || COALESCE(to_json(c.model_claim)::text, 'null') || '}'
+$$;
+
+-- A lease response body (`store::tasks::Lease`, field for field), with the revision
+-- placeholder.
+-- (VOLATILE: it reads the clock, and so it is inlined into its caller's query.)
+CREATE FUNCTION json_lease_response(l leases, c contributors) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT '{"data":{"id":' || l.id || ',"task_id":' || l.task_id
+        || ',"contributor":' || json_actor(c)
+        || ',"lease_version":' || l.lease_version
+        || ',"acquired_at":"' || json_ts(l.acquired_at)
+        || '","expires_at":"' || json_ts(l.expires_at)
+        || '","renewed_at":' || COALESCE('"' || json_ts(l.renewed_at) || '"', 'null')
+        || ',"released_at":' || COALESCE('"' || json_ts(l.released_at) || '"', 'null')
+        || ',"is_active":'
+        || CASE WHEN l.end_reason IS NULL AND l.expires_at > clock_timestamp()
+                THEN 'true' ELSE 'false' END
+        || ',"end_reason":' || COALESCE(to_json(COALESCE(l.end_reason,
+               CASE WHEN l.expires_at <= clock_timestamp() THEN 'EXPIRED' END))::text, 'null')
+        || ',"orbit_revision":-9223372036854775807}}'
+$$;
+
+-- The caller of a quick write: the token this instance has already verified (its
+-- id), still unrevoked, whose use was recorded less than a minute ago (otherwise the
+-- ordinary path records it).
+CREATE FUNCTION quick_caller(p_token bigint) RETURNS contributors
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors;
+BEGIN
+    SELECT c.* INTO v_caller
+    FROM tokens k JOIN contributors c ON c.id = k.contributor_id
+    WHERE k.id = p_token AND k.revoked_at IS NULL
+      AND k.last_used_at > clock_timestamp() - interval '60 seconds';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    RETURN v_caller;
+END $$;
+
+-- The common start of a quick write on a task, after the caller: their membership in
+-- the task's orbit, the key's claim (`Gate::claim`; only a new key: one seen before
+-- is declined), then the task row `FOR UPDATE` (`fence::lock`) and the database clock
+-- read after the lock was granted.
+CREATE FUNCTION quick_task(
+    p_caller bigint, p_task bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT orbit_id bigint, OUT key_id bigint, OUT status text, OUT lease_version bigint,
+    OUT now timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tasks t
+                   JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = p_caller
+                   WHERE t.id = p_task) THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    INSERT INTO idempotency_keys AS k
+        (contributor_id, operation, key, fingerprint, response_status, response_body,
+         created_at, expires_at)
+    VALUES (p_caller, p_scope, p_key, p_fingerprint, 0, '', clock_timestamp(),
+            clock_timestamp() + make_interval(hours => p_retention))
+    ON CONFLICT (contributor_id, operation, key) DO UPDATE
+        SET fingerprint = EXCLUDED.fingerprint, response_status = 0, response_body = '',
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.id INTO key_id;
+    IF key_id IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    SELECT t.orbit_id, t.status, t.lease_version INTO STRICT orbit_id, status, lease_version
+    FROM tasks t WHERE t.id = p_task FOR UPDATE;
+    now := clock_timestamp();
+END $$;
+
+-- POST /api/v1/tasks/{task}/leases (`api::leases::acquire`): a member acquires an
+-- OPEN task with no open lease and no pending handoff.
+CREATE FUNCTION quick_acquire_lease(
+    p_token bigint, p_task bigint, p_seconds bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT out_orbit bigint, OUT out_revision bigint, OUT out_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_task record;
+    v_lease leases;
+BEGIN
+    SELECT * INTO v_task
+    FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
+    out_orbit := v_task.orbit_id;
+    IF v_task.status <> 'OPEN'
+       OR EXISTS (SELECT 1 FROM leases WHERE task_id = p_task
+                  AND lease_version = v_task.lease_version AND end_reason IS NULL)
+       OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    UPDATE tasks SET lease_version = v_task.lease_version + 1, updated_at = v_task.now
+    WHERE id = p_task;
+    INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at,
+                        expires_at)
+    VALUES (p_task, out_orbit, v_caller.id, v_task.lease_version + 1, v_task.now,
+            v_task.now + make_interval(secs => p_seconds))
+    RETURNING * INTO v_lease;
+    out_body := json_lease_response(v_lease, v_caller);
+    out_revision := apply_change(out_orbit, 'lease.acquired', 'lease', v_lease.id, p_task,
+        v_caller.id, 'lease v' || v_lease.lease_version || ' acquired on task ' || p_task,
+        v_task.key_id, 201::int2, convert_to(out_body, 'UTF8'));
+END $$;
+
+-- POST /api/v1/tasks/{task}/checkpoints (`api::checkpoints::create`) without
+-- artifacts: the caller's active lease is the task's current one and no handoff is
+-- pending. `p_state` is the canonical form of the state, `p_hash` its SHA-256.
+CREATE FUNCTION quick_checkpoint(
+    p_token bigint, p_task bigint, p_lease_version bigint, p_summary text,
+    p_state text, p_hash text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT out_orbit bigint, OUT out_revision bigint, OUT out_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_task record;
+    v_sequence bigint;
+    v_checkpoint checkpoints;
+BEGIN
+    SELECT * INTO v_task
+    FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
+    out_orbit := v_task.orbit_id;
+    IF v_task.lease_version <> p_lease_version
+       OR NOT EXISTS (SELECT 1 FROM leases WHERE task_id = p_task
+                      AND lease_version = p_lease_version AND contributor_id = v_caller.id
+                      AND end_reason IS NULL AND expires_at > v_task.now)
+       OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = v_task.now
+    WHERE id = p_task
+    RETURNING checkpoint_sequence INTO v_sequence;
+    INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, summary,
+                             state, state_hash, artifact_ids, created_at)
+    VALUES (p_task, out_orbit, p_lease_version, v_sequence, v_caller.id, p_summary, p_state,
+            p_hash, '{}', v_task.now)
+    RETURNING * INTO v_checkpoint;
+    -- `store::tasks::Checkpoint`, field for field.
+    out_body := '{"data":{"id":' || v_checkpoint.id || ',"task_id":' || p_task
+        || ',"orbit_id":' || out_orbit || ',"lease_version":' || p_lease_version
+        || ',"sequence":' || v_sequence || ',"author":' || json_actor(v_caller)
+        || ',"summary":' || to_json(p_summary)::text || ',"state":' || p_state
+        || ',"state_hash":' || to_json(p_hash)::text || ',"artifact_ids":[]'
+        || ',"created_at":"' || json_ts(v_checkpoint.created_at)
+        || '","orbit_revision":-9223372036854775807}}';
+    out_revision := apply_change(out_orbit, 'checkpoint.created', 'checkpoint',
+        v_checkpoint.id, p_task, v_caller.id,
+        'checkpoint ' || v_sequence || ' of task ' || p_task || ' under lease v'
+            || p_lease_version,
+        v_task.key_id, 201::int2, convert_to(out_body, 'UTF8'));
+END $$;
+
+-- POST /api/v1/leases/{lease}/release (`api::leases::release`): the caller releases
+-- the task's current, active lease, which is theirs and the one the path names.
+CREATE FUNCTION quick_release_lease(
+    p_token bigint, p_lease bigint, p_lease_version bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT out_orbit bigint, OUT out_revision bigint, OUT out_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_task_id bigint;
+    v_task record;
+    v_lease leases;
+BEGIN
+    SELECT l.task_id INTO v_task_id FROM leases l
+    WHERE l.id = p_lease AND l.lease_version = p_lease_version;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    SELECT * INTO v_task
+    FROM quick_task(v_caller.id, v_task_id, p_scope, p_key, p_fingerprint, p_retention);
+    out_orbit := v_task.orbit_id;
+    IF v_task.lease_version <> p_lease_version THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    UPDATE leases SET released_at = v_task.now, end_reason = 'RELEASED'
+    WHERE id = p_lease AND contributor_id = v_caller.id AND end_reason IS NULL
+      AND expires_at > v_task.now
+    RETURNING * INTO v_lease;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    out_body := json_lease_response(v_lease, v_caller);
+    out_revision := apply_change(out_orbit, 'lease.released', 'lease', p_lease, v_task_id,
+        v_caller.id, 'lease v' || p_lease_version || ' released',
+        v_task.key_id, 200::int2, convert_to(out_body, 'UTF8'));
+END $$;
