@@ -30,6 +30,9 @@ use crate::revision::NOTIFY_CHANNEL;
 /// notifications may have been missed while it was away).
 pub const ALL_ORBITS: i64 = 0;
 
+/// The least time between two `NOTIFY` batches of one instance.
+const NOTIFY_LINGER: Duration = Duration::from_millis(10);
+
 #[derive(Clone)]
 pub struct ChangeHub {
     tx: broadcast::Sender<i64>,
@@ -116,7 +119,16 @@ impl ChangeHub {
                 .bind::<Array<BigInt>, _>(&batch)
                 .execute(c);
                 match sent {
-                    Ok(_) => break,
+                    Ok(_) => {
+                        // Under load, let the next batch gather for a moment: each
+                        // batch is a transaction with its own commit (and every
+                        // instance's listener wakes for it), so one per write cost
+                        // a busy instance a few percent of its CPU. Remote long
+                        // polls wake at most this much later; local ones are woken
+                        // directly by `publish`.
+                        std::thread::sleep(NOTIFY_LINGER);
+                        break;
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "change notifier lost its connection");
                         conn = None;
