@@ -231,8 +231,8 @@ impl Gate {
             "INSERT INTO idempotency_keys \
                  (contributor_id, operation, key, fingerprint, response_status, response_body, \
                   created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, 0, '', clock_timestamp(), \
-                     clock_timestamp() + make_interval(hours => $5)) \
+             SELECT $1, $2, $3, $4, 0, '', now.t, now.t + make_interval(hours => $5) \
+             FROM (SELECT clock_timestamp() AS t) AS now \
              ON CONFLICT (contributor_id, operation, key) DO UPDATE \
                  SET fingerprint = EXCLUDED.fingerprint, response_status = 0, \
                      response_body = '', created_at = EXCLUDED.created_at, \

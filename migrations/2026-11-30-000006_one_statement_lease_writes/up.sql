@@ -114,8 +114,9 @@ BEGIN
     INSERT INTO idempotency_keys AS k
         (contributor_id, operation, key, fingerprint, response_status, response_body,
          created_at, expires_at)
-    VALUES (p_caller, p_scope, p_key, p_fingerprint, 0, '', clock_timestamp(),
-            clock_timestamp() + make_interval(hours => p_retention))
+    SELECT p_caller, p_scope, p_key, p_fingerprint, 0, '', c.t,
+           c.t + make_interval(hours => p_retention)
+    FROM (SELECT clock_timestamp() AS t) AS c
     ON CONFLICT (contributor_id, operation, key) DO UPDATE
         SET fingerprint = EXCLUDED.fingerprint, response_status = 0, response_body = '',
             created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at

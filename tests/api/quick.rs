@@ -117,6 +117,17 @@ async fn quick_writes_answer_byte_for_byte_what_the_ordinary_reads_show() {
     // All three went the quick way.
     let after = quick_counts(&app).await;
     assert_eq!((after.0 - before.0, after.1 - before.1), (3, 0));
+    // Their keys are kept for the retention, from one reading of the clock.
+    let kept = crate::harness::sql_i64(
+        &mut app.db.conn(),
+        &format!(
+            "SELECT count(*) AS n FROM idempotency_keys WHERE contributor_id = {} \
+             AND key LIKE 'q-%' AND expires_at - created_at = interval '24 hours' \
+             AND response_status > 0",
+            a.id
+        ),
+    );
+    assert_eq!(kept, 3);
 
     // Their changes, in the feed, dense.
     let feed = app
