@@ -17,7 +17,7 @@ use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bytea, Int2, Integer, Text};
+use diesel::sql_types::{BigInt, Bytea, Int2, Integer, Nullable, Text};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use utoipa::IntoParams;
@@ -162,8 +162,9 @@ pub struct Gate {
 
 #[derive(QueryableByName)]
 struct ClaimedRow {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
+    /// NULL when the key is already held.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    id: Option<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -227,36 +228,24 @@ impl Gate {
         };
         let fingerprint = self.fingerprint(params);
         let scope = self.op.scope();
-        let claimed: Option<ClaimedRow> = crate::db::sql(
-            "INSERT INTO idempotency_keys \
-                 (contributor_id, operation, key, fingerprint, response_status, response_body, \
-                  created_at, expires_at) \
-             SELECT $1, $2, $3, $4, 0, '', now.t, now.t + make_interval(hours => $5) \
-             FROM (SELECT clock_timestamp() AS t) AS now \
-             ON CONFLICT (contributor_id, operation, key) DO UPDATE \
-                 SET fingerprint = EXCLUDED.fingerprint, response_status = 0, \
-                     response_body = '', created_at = EXCLUDED.created_at, \
-                     expires_at = EXCLUDED.expires_at \
-                 WHERE idempotency_keys.expires_at <= clock_timestamp() \
-             RETURNING id",
-        )
-        .bind::<BigInt, _>(self.contributor_id)
-        .bind::<Text, _>(&scope)
-        .bind::<Text, _>(&key)
-        .bind::<Text, _>(&fingerprint)
-        .bind::<Integer, _>(self.retention_hours)
-        .get_result(conn)
-        .optional()
-        .map_err(|e| match &e {
-            diesel::result::Error::DatabaseError(_, info)
-                if info.message().contains("lock timeout") =>
-            {
-                TxError::Api(in_flight())
-            }
-            _ => TxError::Db(e),
-        })?;
-        if let Some(row) = claimed {
-            self.claimed = Some(row.id);
+        // `claim_key` (migration 6) is shared with the quick writes (src/quick.rs).
+        let claimed: ClaimedRow = crate::db::sql("SELECT claim_key($1, $2, $3, $4, $5) AS id")
+            .bind::<BigInt, _>(self.contributor_id)
+            .bind::<Text, _>(&scope)
+            .bind::<Text, _>(&key)
+            .bind::<Text, _>(&fingerprint)
+            .bind::<Integer, _>(self.retention_hours)
+            .get_result(conn)
+            .map_err(|e| match &e {
+                diesel::result::Error::DatabaseError(_, info)
+                    if info.message().contains("lock timeout") =>
+                {
+                    TxError::Api(in_flight())
+                }
+                _ => TxError::Db(e),
+            })?;
+        if let Some(id) = claimed.id {
+            self.claimed = Some(id);
             return Ok(());
         }
         let existing: Option<ExistingRow> = crate::db::sql(

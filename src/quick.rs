@@ -79,6 +79,14 @@ impl QuickCall {
         }
     }
 
+    /// The status of the write's success, as its handler answers it.
+    pub fn status(&self) -> actix_web::http::StatusCode {
+        match self {
+            QuickCall::Release { .. } => actix_web::http::StatusCode::OK,
+            _ => actix_web::http::StatusCode::CREATED,
+        }
+    }
+
     /// Runs the write as one statement for the token `token_id` (verified by this
     /// instance). `Ok(None)`: it changed nothing and the ordinary path must run,
     /// because the function declined or the statement failed (its implicit

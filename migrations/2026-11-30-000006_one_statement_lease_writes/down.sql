@@ -8,4 +8,5 @@ DROP FUNCTION quick_caller(bigint);
 DROP FUNCTION json_lease_response(leases, contributors);
 DROP FUNCTION json_actor(contributors);
 DROP FUNCTION json_ts(timestamptz);
+DROP FUNCTION claim_key(bigint, text, text, text, int);
 DROP FUNCTION apply_change(bigint, text, text, bigint, bigint, bigint, text, bigint, int2, bytea);

@@ -5,9 +5,13 @@
 -- lock, the read after the lock, the effect, the closing statement with COMMIT, the
 -- revision). Each round trip costs a context switch on both sides, which on a small
 -- machine is most of a write's CPU. The functions below run the *successful* case of
--- each of the three writes as one statement in its own (implicit) transaction: the
--- same statements in the same lock order (key, task row, then the orbit's revision
--- last, in `apply_change`) and the same checks. Whenever anything is not plainly the
+-- each of the three writes as one statement in its own (implicit) transaction, with
+-- the same statements in the same lock order (key, task row, then the orbit's
+-- revision last). Claiming the key (`claim_key`) and applying the change
+-- (`apply_change`) are the very functions the ordinary path calls; the success
+-- conditions, the effect's rows and the response body are restated here from
+-- src/fence.rs, src/store/tasks.rs and the response types, and tests/api/quick.rs
+-- holds them to those byte for byte. Whenever anything is not plainly the
 -- successful case (a replayed or reused key, a lease that is not the caller's active
 -- one, a pending handoff, an open lease to end, a token to record as used, ...) the
 -- function raises `quick_declined`: its transaction rolls back having changed
@@ -42,6 +46,31 @@ BEGIN
         WHERE id = p_key;
     END IF;
     RETURN v_revision;
+END $$;
+
+-- The one place an Idempotency-Key is claimed (`Gate::claim` calls it, and so do the
+-- quick writes): inserts the key row with an empty response, or takes over a row
+-- whose retention ran out. Returns the row's id, or NULL when the key is held (a
+-- completed request, or one still in flight: then this waits for its row's lock,
+-- up to `lock_timeout`). `created_at` and `expires_at` come from one clock reading.
+CREATE FUNCTION claim_key(p_contributor bigint, p_scope text, p_key text,
+                          p_fingerprint text, p_retention int) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    INSERT INTO idempotency_keys AS k
+        (contributor_id, operation, key, fingerprint, response_status, response_body,
+         created_at, expires_at)
+    SELECT p_contributor, p_scope, p_key, p_fingerprint, 0, '', c.t,
+           c.t + make_interval(hours => p_retention)
+    FROM (SELECT clock_timestamp() AS t) AS c
+    ON CONFLICT (contributor_id, operation, key) DO UPDATE
+        SET fingerprint = EXCLUDED.fingerprint, response_status = 0, response_body = '',
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.id INTO v_key;
+    RETURN v_key;
 END $$;
 
 -- Timestamps as the API writes them (`api::types::format_ts`): RFC 3339, UTC,
@@ -96,7 +125,7 @@ BEGIN
 END $$;
 
 -- The common start of a quick write on a task, after the caller: their membership in
--- the task's orbit, the key's claim (`Gate::claim`; only a new key: one seen before
+-- the task's orbit, the key's claim (`claim_key`; only a new key: one seen before
 -- is declined), then the task row `FOR UPDATE` (`fence::lock`) and the database clock
 -- read after the lock was granted.
 CREATE FUNCTION quick_task(
@@ -111,17 +140,7 @@ BEGIN
                    WHERE t.id = p_task) THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
-    INSERT INTO idempotency_keys AS k
-        (contributor_id, operation, key, fingerprint, response_status, response_body,
-         created_at, expires_at)
-    SELECT p_caller, p_scope, p_key, p_fingerprint, 0, '', c.t,
-           c.t + make_interval(hours => p_retention)
-    FROM (SELECT clock_timestamp() AS t) AS c
-    ON CONFLICT (contributor_id, operation, key) DO UPDATE
-        SET fingerprint = EXCLUDED.fingerprint, response_status = 0, response_body = '',
-            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-        WHERE k.expires_at <= clock_timestamp()
-    RETURNING k.id INTO key_id;
+    key_id := claim_key(p_caller, p_scope, p_key, p_fingerprint, p_retention);
     IF key_id IS NULL THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;

@@ -214,7 +214,7 @@ where
     };
     let metrics = state.metrics.clone();
     let quick_tokens = state.tokens.clone();
-    let result = db::transact_closing_quick(
+    let (outcome, revision) = db::transact_closing(
         &state.pool,
         move |conn| {
             let Some((call, cache_key, token_id, claim)) = quick else {
@@ -227,10 +227,7 @@ where
             metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
             quick_tokens.confirm(cache_key, token_id);
             let reply = Reply {
-                status: match call {
-                    QuickCall::Release { .. } => StatusCode::OK,
-                    _ => StatusCode::CREATED,
-                },
+                status: call.status(),
                 body: row.out_body.into_bytes(),
                 orbit_id: Some(row.out_orbit),
             };
@@ -255,8 +252,7 @@ where
             }
         },
     )
-    .await;
-    let (outcome, revision) = result?;
+    .await?;
     Ok(match outcome {
         Outcome::Done(mut reply) => {
             if let Some(revision) = revision {

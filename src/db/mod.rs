@@ -228,28 +228,21 @@ where
     .await
 }
 
-/// Like [`transact`], for a unit of work that ends with a closing statement (a
-/// write's `revision::closing`): the statement and the COMMIT go to the database in
-/// one message, so the locks the statement takes are held until the commit without
-/// a round trip to this process in between. Returns the work's value and, when a
+/// Like [`transact`], for a write that ends with a closing statement (its
+/// `revision::closing`): the statement and the COMMIT go to the database in one
+/// message, so the locks the statement takes are held until the commit without a
+/// round trip to this process in between. Returns the work's value and, when a
 /// closing statement ran, the revision it took (read after the commit).
+///
+/// `quick` runs first, on the same connection (`src/quick.rs`; `|_| Ok(None)` for
+/// none): its `Some((value, revision))` is the result, and `None` (it changed
+/// nothing) runs `work`.
 ///
 /// diesel's transaction manager begins the transaction (so nested
 /// `conn.transaction()` calls are savepoints) and rolls it back on an error or a
 /// panic; only the closing COMMIT is sent outside it, in the batch (diesel reads the
 /// connection's transaction status after each statement, so it sees the end).
-pub async fn transact_closing<T, F>(pool: &PgPool, work: F) -> ApiResult<(T, Option<i64>)>
-where
-    T: Send + 'static,
-    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
-{
-    transact_closing_quick(pool, |_| Ok(None), work).await
-}
-
-/// [`transact_closing`] after a one-statement attempt (`src/quick.rs`): `quick` runs
-/// first, on the same connection; its `Some((value, revision))` is the result, and
-/// `None` (it changed nothing) runs `work` as usual.
-pub async fn transact_closing_quick<T, Q, F>(
+pub async fn transact_closing<T, Q, F>(
     pool: &PgPool,
     quick: Q,
     mut work: F,
