@@ -38,6 +38,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub db_timeout_ms: u64,
 
+    /// Lease-cycle write groups this instance runs at once per orbit
+    /// (docs/ARCHITECTURE.md, "Quick writes"): the orbit's writes that arrive while
+    /// they run wait and go in its next group, which commits them together.
+    #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub write_lanes: u32,
+
     /// HTTP worker threads (default: the number of cores).
     #[arg(long, env = "ORBIT_WORKERS")]
     pub workers: Option<usize>,
@@ -100,6 +107,7 @@ impl Config {
             data_dir: PathBuf::from("./.orbit"),
             db_pool_size: 16,
             db_timeout_ms: 5000,
+            write_lanes: 2,
             workers: None,
             log: "info".into(),
             log_format: LogFormat::Pretty,

@@ -54,6 +54,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         config.db_pool_size,
         Duration::from_millis(config.db_timeout_ms),
     );
+    let metrics = Arc::new(metrics::Metrics::default());
     let hub = ChangeHub::default();
     hub.start_listener(database_url.to_owned());
     hub.start_notifier(database_url.to_owned());
@@ -63,7 +64,11 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         tokens: Arc::new(auth::TokenCache::default()),
         hub,
         limits: Arc::new(ratelimit::Limits::new(config)),
-        metrics: Arc::new(metrics::Metrics::default()),
+        quick: Arc::new(quick::QuickQueue::new(
+            config.write_lanes as usize,
+            metrics.clone(),
+        )),
+        metrics,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Metrics {
     /// that way and then run through the ordinary path.
     pub quick_writes: AtomicU64,
     pub quick_declined: AtomicU64,
+    /// Groups of quick writes run (each one statement and one commit).
+    pub quick_groups: AtomicU64,
     pub rate_limited: [AtomicU64; 3],
 }
 
@@ -169,6 +171,12 @@ impl Metrics {
             "orbit_db_pool_max_connections {}",
             state.pool.max_size()
         );
+        let _ = writeln!(
+            out,
+            "# HELP orbit_quick_writes_waiting Lease-cycle writes queued for their next group."
+        );
+        let _ = writeln!(out, "# TYPE orbit_quick_writes_waiting gauge");
+        let _ = writeln!(out, "orbit_quick_writes_waiting {}", state.quick.waiting());
         counter(
             &mut out,
             "orbit_lease_conflicts_total",
@@ -199,6 +207,12 @@ impl Metrics {
             "orbit_quick_writes_declined_total",
             "Lease-cycle writes tried in one statement that ran through the ordinary path.",
             self.quick_declined.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_quick_write_groups_total",
+            "Groups of lease-cycle writes run, each one statement and one commit.",
+            self.quick_groups.load(Ordering::Relaxed),
         );
         let _ = writeln!(
             out,

@@ -16,4 +16,6 @@ pub struct AppState {
     pub hub: ChangeHub,
     pub limits: Arc<Limits>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The lease-cycle writes of this instance, run in groups (`src/quick.rs`).
+    pub quick: Arc<crate::quick::QuickQueue>,
 }

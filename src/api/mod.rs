@@ -142,9 +142,10 @@ where
     write_quick(state, bearer, key, op, body_canonical, None, work).await
 }
 
-/// [`write`] for a lease-cycle write that may run as one statement (`src/quick.rs`):
-/// with a token this instance has verified and a key, `quick` is tried first; when
-/// it declines, `work` runs exactly as in [`write`].
+/// [`write`] for a lease-cycle write that may run as a quick write (`src/quick.rs`):
+/// with a token this instance has verified and a key, `quick` runs first, in the
+/// next group of quick writes; when it declines, `work` runs exactly as in
+/// [`write`], as its own unit of work (one `web::block`, one pool checkout).
 pub async fn write_quick<F>(
     state: &AppState,
     bearer: Bearer,
@@ -212,47 +213,49 @@ where
         }
         _ => None,
     };
-    let metrics = state.metrics.clone();
-    let quick_tokens = state.tokens.clone();
-    let (outcome, revision) = db::transact_closing(
-        &state.pool,
-        move |conn| {
-            let Some((call, cache_key, token_id, claim)) = quick else {
-                return Ok(None);
-            };
-            let Some(row) = call.run(conn, token_id, &claim)? else {
-                metrics.quick_declined.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
-            };
-            metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
-            quick_tokens.confirm(cache_key, token_id);
-            let reply = Reply {
-                status: call.status(),
-                body: row.out_body.into_bytes(),
-                orbit_id: Some(row.out_orbit),
-            };
-            Ok(Some((Outcome::Done(reply), row.out_revision)))
-        },
-        move |conn| {
-            let caller = bearer.require(conn, &tokens)?;
-            let mut gate = Gate::new(
-                op,
-                key.clone(),
-                caller.id(),
-                body_canonical.clone(),
-                retention,
-            );
-            match work(conn, &caller, &mut gate) {
-                Ok(reply) => {
-                    let closing = gate.finish(conn, reply.status, &reply.body)?;
-                    Ok((Outcome::Done(reply), closing))
-                }
-                Err(TxError::Replay(stored)) => Ok((Outcome::Replayed(stored), None)),
-                Err(e) => Err(e),
+    let mut quick_done = None;
+    if let Some((call, cache_key, token_id, claim)) = quick {
+        let status = call.status();
+        match state.quick.run(&state.pool, call, token_id, claim).await? {
+            Some(row) => {
+                state.metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
+                tokens.confirm(cache_key, token_id);
+                let reply = Reply {
+                    status,
+                    body: row.out_body.into_bytes(),
+                    orbit_id: Some(row.out_orbit),
+                };
+                quick_done = Some((Outcome::Done(reply), Some(row.out_revision)));
             }
-        },
-    )
-    .await?;
+            None => {
+                state.metrics.quick_declined.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let (outcome, revision) = match quick_done {
+        Some(done) => done,
+        None => {
+            db::transact_closing(&state.pool, move |conn| {
+                let caller = bearer.require(conn, &tokens)?;
+                let mut gate = Gate::new(
+                    op,
+                    key.clone(),
+                    caller.id(),
+                    body_canonical.clone(),
+                    retention,
+                );
+                match work(conn, &caller, &mut gate) {
+                    Ok(reply) => {
+                        let closing = gate.finish(conn, reply.status, &reply.body)?;
+                        Ok((Outcome::Done(reply), closing))
+                    }
+                    Err(TxError::Replay(stored)) => Ok((Outcome::Replayed(stored), None)),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?
+        }
+    };
     Ok(match outcome {
         Outcome::Done(mut reply) => {
             if let Some(revision) = revision {

@@ -234,34 +234,16 @@ where
 /// round trip to this process in between. Returns the work's value and, when a
 /// closing statement ran, the revision it took (read after the commit).
 ///
-/// `quick` runs first, on the same connection (`src/quick.rs`; `|_| Ok(None)` for
-/// none): its `Some((value, revision))` is the result, and `None` (it changed
-/// nothing) runs `work`.
-///
 /// diesel's transaction manager begins the transaction (so nested
 /// `conn.transaction()` calls are savepoints) and rolls it back on an error or a
 /// panic; only the closing COMMIT is sent outside it, in the batch (diesel reads the
 /// connection's transaction status after each statement, so it sees the end).
-pub async fn transact_closing<T, Q, F>(
-    pool: &PgPool,
-    quick: Q,
-    mut work: F,
-) -> ApiResult<(T, Option<i64>)>
+pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<i64>)>
 where
     T: Send + 'static,
-    Q: FnOnce(&mut PgConnection) -> TxResult<Option<(T, i64)>> + Send + 'static,
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
 {
-    let mut quick = Some(quick);
-    retrying(pool, move |conn| {
-        if let Some(quick) = quick.take() {
-            if let Some((value, revision)) = quick(conn)? {
-                return Ok((value, Some(revision)));
-            }
-        }
-        closing_attempt(conn, &mut work)
-    })
-    .await
+    retrying(pool, move |conn| closing_attempt(conn, &mut work)).await
 }
 
 /// One `web::block` and one pool checkout; `attempt` (a whole transaction) runs

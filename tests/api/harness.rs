@@ -550,3 +550,53 @@ pub fn sql_i64(conn: &mut PgConnection, sql: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .n
 }
+
+/// A row lock on one task, held by a connection of the test until released (or
+/// dropped, which rolls it back).
+pub struct RowLock {
+    conn: PgConnection,
+    pid: i64,
+}
+
+impl RowLock {
+    pub fn take(db: &TestDb, task: i64) -> RowLock {
+        use diesel::connection::SimpleConnection;
+        let mut conn = db.conn();
+        let pid = sql_i64(&mut conn, "SELECT pg_backend_pid()::bigint AS n");
+        conn.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM tasks WHERE id = {task} FOR UPDATE"
+        ))
+        .expect("lock the task row");
+        RowLock { conn, pid }
+    }
+
+    /// Sessions blocked by this lock now.
+    pub fn waiting_now(&self, monitor: &mut PgConnection) -> i64 {
+        sql_i64(
+            monitor,
+            &format!(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE {} = ANY(pg_blocking_pids(pid))",
+                self.pid
+            ),
+        )
+    }
+
+    /// Sessions waiting for this lock (polled for up to 20 s until there is one).
+    pub fn waiters(&self, monitor: &mut PgConnection) -> i64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let n = self.waiting_now(monitor);
+            if n > 0 || std::time::Instant::now() > deadline {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn release(mut self) {
+        use diesel::connection::SimpleConnection;
+        self.conn
+            .batch_execute("COMMIT")
+            .expect("release the row lock");
+    }
+}

@@ -1,24 +1,35 @@
 //! Quick writes (src/quick.rs): the lease cycle's successful case in one statement
 //! answers exactly what the ordinary path would, and declines everything else to it.
 
+use std::time::{Duration, Instant};
+
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::harness::{Agent, Resp, TestApp};
+use crate::harness::{Agent, Resp, RowLock, TestApp};
 use crate::work::{crew, task};
 
-/// `(done, declined)` from `/metrics`.
-async fn quick_counts(app: &TestApp) -> (u64, u64) {
+/// The values of unlabelled metrics, from one read of `/metrics`.
+async fn metrics<const N: usize>(app: &TestApp, names: [&str; N]) -> [u64; N] {
     let text = app.get("/metrics", None).await.text;
-    let read = |name: &str| -> u64 {
+    names.map(|name| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-    };
-    (
-        read("orbit_quick_writes_total"),
-        read("orbit_quick_writes_declined_total"),
+    })
+}
+
+/// `(done, declined)` from `/metrics`.
+async fn quick_counts(app: &TestApp) -> (u64, u64) {
+    let [done, declined] = metrics(
+        app,
+        [
+            "orbit_quick_writes_total",
+            "orbit_quick_writes_declined_total",
+        ],
     )
+    .await;
+    (done, declined)
 }
 
 /// The write's body is the read's body with the write's `orbit_revision` last.
@@ -329,4 +340,253 @@ async fn refusals_decline_to_the_ordinary_path_and_change_nothing() {
     let lease = app.get(&format!("/api/v1/leases/{lease_id}"), None).await;
     assert_eq!(lease.json["data"]["is_active"], true);
     assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, rev);
+}
+
+/// Acquires `task` for `who` (a quick write, which also points `who`'s later quick
+/// writes at the task's orbit's queue); the lease's id.
+async fn lease(app: &TestApp, who: &Agent, task: i64) -> i64 {
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{task}/leases"),
+            &who.token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json["data"]["id"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone() {
+    // One group at a time per orbit, so the writes that queue behind a blocked one
+    // deterministically form the next group.
+    let app = TestApp::spawn_with(|c| c.write_lanes = 1).await;
+    let c = crew(&app, "group", 7).await;
+    let b = crew(&app, "group-b", 0).await;
+    let m = &c.members;
+    let t = |title: &'static str| task(&app, &c.owner, c.orbit, title);
+    let (blocker, spare0, held, contested, dup) = (
+        t("blocker").await,
+        t("spare0").await,
+        t("held").await,
+        t("contested").await,
+        t("dup").await,
+    );
+    // m0 holds a lease in orbit B and then writes in A: its queue is A's, and its
+    // checkpoint in B goes in A's group, which then spans two orbits.
+    app.join(&m[0], b.orbit).await;
+    let b_task = task(&app, &b.owner, b.orbit, "in b").await;
+    lease(&app, &m[0], b_task).await;
+    lease(&app, &c.owner, spare0).await;
+    let released = lease(&app, &m[1], t("released").await).await;
+    let checkpointed = t("checkpointed").await;
+    lease(&app, &m[2], checkpointed).await;
+    lease(&app, &m[4], held).await;
+    for who in [&m[0], &m[3], &m[5], &m[6]] {
+        lease(&app, who, t("warm-up").await).await;
+    }
+    let (rev_a, rev_b) = (
+        crate::work::orbit_revision(&app, c.orbit).await,
+        crate::work::orbit_revision(&app, b.orbit).await,
+    );
+    let groups = "orbit_quick_write_groups_total";
+    let [groups0] = metrics(&app, [groups]).await;
+    let counts0 = quick_counts(&app).await;
+
+    // The owner's acquire waits in the database on the test's lock of its task.
+    let lock = RowLock::take(&app.db, blocker);
+    let first = {
+        let (app, token) = (&app, c.owner.token.clone());
+        async move {
+            app.send(
+                Method::POST,
+                &format!("/api/v1/tasks/{blocker}/leases"),
+                Some(&token),
+                Some("blocked"),
+                Some(json!({})),
+            )
+            .await
+        }
+    };
+    let waited = async {
+        let mut monitor = app.db.conn();
+        // (Polled without blocking the runtime the first request runs on.)
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lock.waiting_now(&mut monitor) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the first group never reached the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Meanwhile eight more writes queue behind it.
+        let send = |who: &Agent, path: String, key: &'static str, body: Value| {
+            let token = who.token.clone();
+            let app = &app;
+            async move {
+                app.send(Method::POST, &path, Some(&token), Some(key), Some(body))
+                    .await
+            }
+        };
+        let queued = futures::future::join_all(vec![
+            Box::pin(send(
+                &m[0],
+                format!("/api/v1/tasks/{b_task}/checkpoints"),
+                "cp-b",
+                json!({"lease_version": 1, "summary": "in b", "state": {"b": 1}}),
+            ))
+                as std::pin::Pin<Box<dyn std::future::Future<Output = Resp> + Send + '_>>,
+            Box::pin(send(
+                &m[1],
+                format!("/api/v1/leases/{released}/release"),
+                "release",
+                json!({"lease_version": 1}),
+            )),
+            Box::pin(send(
+                &m[2],
+                format!("/api/v1/tasks/{checkpointed}/checkpoints"),
+                "cp-a",
+                json!({"lease_version": 1, "summary": "in a", "state": [1, 2]}),
+            )),
+            Box::pin(send(
+                &m[3],
+                format!("/api/v1/tasks/{held}/leases"),
+                "conflict",
+                json!({}),
+            )),
+            Box::pin(send(
+                &m[5],
+                format!("/api/v1/tasks/{contested}/leases"),
+                "contest",
+                json!({}),
+            )),
+            Box::pin(send(
+                &m[6],
+                format!("/api/v1/tasks/{contested}/leases"),
+                "contest",
+                json!({}),
+            )),
+            Box::pin(send(
+                &m[4],
+                format!("/api/v1/tasks/{dup}/leases"),
+                "twice",
+                json!({}),
+            )),
+            Box::pin(send(
+                &m[4],
+                format!("/api/v1/tasks/{dup}/leases"),
+                "twice",
+                json!({}),
+            )),
+        ]);
+        let release = async {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while metrics(&app, ["orbit_quick_writes_waiting"]).await != [8] {
+                assert!(Instant::now() < deadline, "the eight writes never queued");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            lock.release();
+        };
+        futures::future::join(queued, release).await.0
+    };
+    let (first, answers) = futures::future::join(first, waited).await;
+
+    // Two groups: the blocked write alone, then the eight that queued behind it.
+    let [groups1] = metrics(&app, [groups]).await;
+    assert_eq!(groups1 - groups0, 2);
+    assert_eq!(first.status, 201, "{}", first.text);
+    assert_eq!(first.json["data"]["orbit_revision"], rev_a + 1);
+    let [cp_b, release, cp_a, conflict, contest5, contest6, dup1, dup2]: [Resp; 8] =
+        answers.try_into().ok().unwrap();
+    assert_eq!(cp_b.status, 201, "{}", cp_b.text);
+    assert_eq!(cp_b.json["data"]["orbit_revision"], rev_b + 1);
+    assert_eq!(release.status, 200, "{}", release.text);
+    assert_eq!(cp_a.status, 201, "{}", cp_a.text);
+    // Declined in the group, decided by the ordinary path after it.
+    conflict.assert_error(409, "lease_conflict");
+    let (won, lost) = if contest5.status == 201 {
+        (contest5, contest6)
+    } else {
+        (contest6, contest5)
+    };
+    assert_eq!(won.status, 201, "{}", won.text);
+    lost.assert_error(409, "lease_conflict");
+    // The same key twice in one group: executed once, replayed once.
+    assert_eq!(dup1.status, 201, "{}", dup1.text);
+    assert_eq!(dup2.status, 201, "{}", dup2.text);
+    assert_eq!(dup1.bytes, dup2.bytes);
+    let replayed = [&dup1, &dup2]
+        .iter()
+        .filter(|r| r.header("idempotency-replayed") == Some("true"))
+        .count();
+    assert_eq!(replayed, 1);
+    let counts1 = quick_counts(&app).await;
+    assert_eq!(
+        (counts1.0 - counts0.0, counts1.1 - counts0.1),
+        (6, 3),
+        "six done in groups, three declined"
+    );
+
+    // Each response is what the ordinary read shows, and every change is in its
+    // orbit's feed once, revisions dense.
+    for (write, read) in [
+        (
+            &cp_b,
+            format!("/api/v1/checkpoints/{}", cp_b.json["data"]["id"]),
+        ),
+        (
+            &cp_a,
+            format!("/api/v1/checkpoints/{}", cp_a.json["data"]["id"]),
+        ),
+        (&release, format!("/api/v1/leases/{released}")),
+        (&won, format!("/api/v1/leases/{}", won.json["data"]["id"])),
+        (&dup1, format!("/api/v1/leases/{}", dup1.json["data"]["id"])),
+    ] {
+        assert_write_is_read_plus_revision(write, &app.get(&read, None).await);
+    }
+    let feed = |orbit: i64, after: i64| {
+        let app = &app;
+        async move {
+            let r = app
+                .get(
+                    &format!("/api/v1/orbits/{orbit}/changes?after={after}"),
+                    None,
+                )
+                .await;
+            r.json["data"]
+                .as_array()
+                .expect("changes")
+                .iter()
+                .map(|ch| {
+                    (
+                        ch["revision"].as_i64().unwrap(),
+                        ch["kind"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut expected_a: Vec<(i64, String)> = [
+        (&first, "lease.acquired"),
+        (&release, "lease.released"),
+        (&cp_a, "checkpoint.created"),
+        (&won, "lease.acquired"),
+        (&dup1, "lease.acquired"),
+    ]
+    .iter()
+    .map(|(r, kind)| {
+        (
+            r.json["data"]["orbit_revision"].as_i64().unwrap(),
+            kind.to_string(),
+        )
+    })
+    .collect();
+    expected_a.sort();
+    let revisions: Vec<i64> = expected_a.iter().map(|(r, _)| *r).collect();
+    assert_eq!(revisions, (rev_a + 1..=rev_a + 5).collect::<Vec<_>>());
+    assert_eq!(feed(c.orbit, rev_a).await, expected_a);
+    assert_eq!(
+        feed(b.orbit, rev_b).await,
+        vec![(rev_b + 1, "checkpoint.created".to_owned())]
+    );
 }

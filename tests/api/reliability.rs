@@ -25,7 +25,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{sql_i64, Resp, TestDb};
+use crate::harness::{sql_i64, Resp, RowLock, TestDb};
 
 // ---------------------------------------------------------------------------
 // Processes and directories, cleaned up whatever happens.
@@ -1345,12 +1345,9 @@ async fn crash_kill_retry_applies_each_write_once() {
         format!("lost-{}", short_id()),
         format!("cut-{}", short_id()),
     );
-    let cut = tokio::spawn(acquire(
-        cut_task,
-        &serves[0].base(),
-        &cut_key,
-        Duration::from_secs(60),
-    ));
+    // One after the other: sent together, both could go in one group of quick
+    // writes (src/quick.rs), and `lost` would then wait for `cut`'s lock too. Sent
+    // once `lost` waits, `cut` runs in the queue's second lane.
     let lost = tokio::spawn(acquire(
         lost_task,
         &serves[0].base(),
@@ -1361,6 +1358,12 @@ async fn crash_kill_retry_applies_each_write_once() {
         lost_lock.waiters(&mut monitor) >= 1,
         "the `lost` write is not waiting on the lock"
     );
+    let cut = tokio::spawn(acquire(
+        cut_task,
+        &serves[0].base(),
+        &cut_key,
+        Duration::from_secs(60),
+    ));
     assert!(
         cut_lock.waiters(&mut monitor) >= 1,
         "the `cut` write is not waiting on the lock"
@@ -1500,56 +1503,6 @@ async fn crash_kill_retry_applies_each_write_once() {
     assert!(counts.get("checkpoint").copied().unwrap_or(0) > 0);
     for s in serves.iter_mut().skip(1) {
         assert!(s.alive(), "{} died:\n{}", s.name, s.log_tail());
-    }
-}
-
-/// A row lock on one task, held by a connection of the test until released (or
-/// dropped, which rolls it back).
-struct RowLock {
-    conn: PgConnection,
-    pid: i64,
-}
-
-impl RowLock {
-    fn take(db: &TestDb, task: i64) -> RowLock {
-        use diesel::connection::SimpleConnection;
-        let mut conn = db.conn();
-        let pid = sql_i64(&mut conn, "SELECT pg_backend_pid()::bigint AS n");
-        conn.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM tasks WHERE id = {task} FOR UPDATE"
-        ))
-        .expect("lock the task row");
-        RowLock { conn, pid }
-    }
-
-    /// Sessions blocked by this lock now.
-    fn waiting_now(&self, monitor: &mut PgConnection) -> i64 {
-        sql_i64(
-            monitor,
-            &format!(
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE {} = ANY(pg_blocking_pids(pid))",
-                self.pid
-            ),
-        )
-    }
-
-    /// Sessions waiting for this lock (polled for up to 20 s until there is one).
-    fn waiters(&self, monitor: &mut PgConnection) -> i64 {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let n = self.waiting_now(monitor);
-            if n > 0 || Instant::now() > deadline {
-                return n;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn release(mut self) {
-        use diesel::connection::SimpleConnection;
-        self.conn
-            .batch_execute("COMMIT")
-            .expect("release the row lock");
     }
 }
 
