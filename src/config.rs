@@ -87,6 +87,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=300))]
     pub client_timeout_seconds: u64,
 
+    /// Bytes of public list pages kept in memory for repeated reads (0: off). Each
+    /// cached page is answered again only after one statement shows the orbit's
+    /// revision unchanged and no lease of the orbit expired since.
+    #[arg(long, env = "ORBIT_LIST_CACHE_BYTES", default_value_t = crate::listcache::DEFAULT_BYTES,
+          value_parser = clap::value_parser!(u64).range(0..=1_073_741_824))]
+    pub list_cache_bytes: u64,
+
     /// TEST ONLY: allow lease and handoff durations down to 1 second, so tests can
     /// watch expiry without waiting minutes. Never enable in production.
     #[arg(
@@ -117,6 +124,7 @@ impl Config {
             trusted_proxies: Vec::new(),
             idempotency_retention_hours: 24,
             client_timeout_seconds: 10,
+            list_cache_bytes: crate::listcache::DEFAULT_BYTES,
             test_short_durations: false,
         }
     }

@@ -15,6 +15,7 @@ pub mod feed;
 pub mod fence;
 pub mod idempotency;
 pub mod json;
+pub mod listcache;
 pub mod mcp;
 pub mod metrics;
 pub mod quick;
@@ -67,6 +68,9 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         quick: Arc::new(quick::QuickQueue::new(
             config.write_lanes as usize,
             metrics.clone(),
+        )),
+        list_cache: Arc::new(listcache::ListCache::new(
+            usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),
         )),
         metrics,
     }

@@ -238,13 +238,47 @@ impl Metrics {
             "Token verifications that ran argon2.",
             state.tokens.misses.load(Ordering::Relaxed),
         );
+        counter(
+            &mut out,
+            "orbit_list_cache_hits_total",
+            "Public list pages answered from the list cache after one statement showed them current.",
+            state.list_cache.hits.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_list_cache_misses_total",
+            "Public list pages read from the database (not cached, or no longer current).",
+            state.list_cache.misses.load(Ordering::Relaxed),
+        );
+        let (bytes, entries) = state.list_cache.usage();
+        gauge(
+            &mut out,
+            "orbit_list_cache_bytes",
+            "Bytes of the list cache's budget in use.",
+            bytes as u64,
+        );
+        gauge(
+            &mut out,
+            "orbit_list_cache_entries",
+            "Pages kept in the list cache.",
+            entries as u64,
+        );
         out
     }
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    sample(out, name, "counter", help, value);
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    sample(out, name, "gauge", help, value);
+}
+
+/// One unlabelled metric with its HELP and TYPE lines.
+fn sample(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} counter");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
     let _ = writeln!(out, "{name} {value}");
 }
 

@@ -18,4 +18,5 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The lease-cycle writes of this instance, run in groups (`src/quick.rs`).
     pub quick: Arc<crate::quick::QuickQueue>,
+    pub list_cache: Arc<crate::listcache::ListCache>,
 }

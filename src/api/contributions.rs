@@ -10,16 +10,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::page_bounds;
 use crate::api::types::{page, PageMeta, PageParams};
 use crate::api::{ok_json, page_json, verbatim, write, Reply, State};
+use crate::api::{public_list, public_read};
 use crate::auth::{Bearer, Caller};
 use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
+use crate::listcache::ListRoute;
 use crate::revision::Change;
 use crate::store::contributions::{
     self as store, Contribution, ContributionKind, ContributionRevision,
@@ -237,21 +238,31 @@ pub async fn list_contributions(
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let (limit, after) = page_bounds(q.limit, q.after)?;
-    let reference = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        let orbit = orbit_store::resolve(conn, &reference)?;
-        Ok(store::contributions_of_orbit(
-            conn,
-            orbit.id,
-            q.kind.map(ContributionKind::as_str),
-            q.problem_id,
-            q.task_id,
-            after,
-            limit,
-        )?)
-    })
-    .await?;
-    page_json(&page(rows, limit, |c| c.id))
+    let kind = q.kind.map(ContributionKind::as_str);
+    let params = format!(
+        "kind={kind:?}&problem_id={:?}&task_id={:?}&after={after}&limit={limit}",
+        q.problem_id, q.task_id
+    );
+    public_list(
+        &state,
+        bearer,
+        path.into_inner(),
+        ListRoute::Contributions,
+        params,
+        move |conn, orbit_id| {
+            Ok(store::contributions_page(
+                conn,
+                orbit_id,
+                kind,
+                q.problem_id,
+                q.task_id,
+                after,
+                limit,
+            )?
+            .map(|(rows, stamp)| (page(rows, limit, |c| c.id), stamp)))
+        },
+    )
+    .await
 }
 
 /// Read a contribution at its current revision.

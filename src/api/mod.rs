@@ -21,16 +21,19 @@ pub mod verbatim;
 
 use std::sync::atomic::Ordering;
 
+use actix_web::body::MessageBody;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
+use actix_web::web::Bytes;
 use actix_web::{web, HttpResponse};
-use diesel::PgConnection;
+use diesel::{PgConnection, QueryResult};
 use serde::Serialize;
 
 use crate::auth::{Bearer, Caller};
 use crate::db::{self, TxError, TxResult};
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{Gate, IdemHeader, Operation, Stored, REPLAYED_HEADER};
+use crate::listcache::{self, ListKey, ListRoute, Stamp};
 use crate::quick::{QuickCall, QuickKey};
 use crate::state::AppState;
 
@@ -70,7 +73,7 @@ impl Reply {
     }
 }
 
-pub fn json_response(status: StatusCode, body: Vec<u8>) -> HttpResponse {
+pub fn json_response(status: StatusCode, body: impl MessageBody + 'static) -> HttpResponse {
     HttpResponse::build(status)
         .insert_header((
             header::CONTENT_TYPE,
@@ -90,11 +93,15 @@ pub fn ok_json<T: Serialize>(data: &T) -> ApiResult<HttpResponse> {
 
 /// A list page with 200.
 pub fn page_json<T: Serialize>(page: &types::Page<T>) -> ApiResult<HttpResponse> {
-    let body = serde_json::to_vec(page).map_err(|e| {
+    Ok(json_response(StatusCode::OK, page_bytes(page)?))
+}
+
+/// A list page's body.
+fn page_bytes<T: Serialize>(page: &types::Page<T>) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec(page).map_err(|e| {
         tracing::error!(error = %e, "cannot serialize a response");
         ApiError::internal()
-    })?;
-    Ok(json_response(StatusCode::OK, body))
+    })
 }
 
 /// A public read: one pool checkout (`db::read`); no token is fine, but a presented
@@ -110,6 +117,57 @@ where
         work(conn)
     })
     .await
+}
+
+/// A public list page of one orbit, through the list cache (`src/listcache.rs`): on
+/// one pool checkout, the presented token is checked as in [`public_read`], then
+/// one statement reads the orbit (404 if absent), its revision and the clock; a
+/// cached page whose stamp holds at them is answered as is. Otherwise `page` reads
+/// the page with its stamp in one statement, and the body is kept for the next
+/// reads. `params` are the list's query parameters with defaults applied.
+pub async fn public_list<T, F>(
+    state: &AppState,
+    bearer: Bearer,
+    reference: String,
+    route: ListRoute,
+    params: String,
+    page: F,
+) -> ApiResult<HttpResponse>
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce(&mut PgConnection, i64) -> QueryResult<Option<(types::Page<T>, Stamp)>>
+        + Send
+        + 'static,
+{
+    enum Read<T> {
+        Hit(Bytes),
+        Miss(ListKey, types::Page<T>, Stamp),
+    }
+    let tokens = state.tokens.clone();
+    let cache = state.list_cache.clone();
+    let read = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        let orbit = listcache::probe(conn, &reference)?.ok_or(ApiError::not_found("Orbit"))?;
+        let key = ListKey {
+            route,
+            orbit_id: orbit.id,
+            params,
+        };
+        if let Some(body) = cache.get(&key, orbit.revision, orbit.now) {
+            return Ok(Read::Hit(body));
+        }
+        let (rows, stamp) = page(conn, orbit.id)?.ok_or(ApiError::not_found("Orbit"))?;
+        Ok(Read::Miss(key, rows, stamp))
+    })
+    .await?;
+    match read {
+        Read::Hit(body) => Ok(json_response(StatusCode::OK, body)),
+        Read::Miss(key, rows, stamp) => {
+            let body = Bytes::from(page_bytes(&rows)?);
+            state.list_cache.put(key, stamp, body.clone());
+            Ok(json_response(StatusCode::OK, body))
+        }
+    }
 }
 
 enum Outcome {

@@ -4,17 +4,18 @@ use actix_web::{get, post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::public_read;
 use crate::api::responses::{ReadErrors, WriteErrors};
 use crate::api::types::page_bounds;
 use crate::api::types::{page, PageMeta};
-use crate::api::{ok_json, page_json, write, Reply, State};
+use crate::api::{ok_json, write, Reply, State};
+use crate::api::{public_list, public_read};
 use crate::auth::{Bearer, Caller};
 use crate::db::TxResult;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::fence::{self, Guard, LockMode};
 use crate::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::json::{Body, Validate};
+use crate::listcache::ListRoute;
 use crate::revision::Change;
 use crate::store::handoffs;
 use crate::store::orbits::{self as orbit_store, Role};
@@ -168,20 +169,25 @@ pub async fn list_tasks(
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let (limit, after) = page_bounds(q.limit, q.after)?;
-    let reference = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        let orbit = orbit_store::resolve(conn, &reference)?;
-        Ok(store::tasks_of_orbit(
-            conn,
-            orbit.id,
-            q.status.map(TaskStatus::as_str),
-            q.leased,
-            after,
-            limit,
-        )?)
-    })
-    .await?;
-    page_json(&page(rows, limit, |t| t.id))
+    let status = q.status.map(TaskStatus::as_str);
+    let params = format!(
+        "status={status:?}&leased={:?}&after={after}&limit={limit}",
+        q.leased
+    );
+    public_list(
+        &state,
+        bearer,
+        path.into_inner(),
+        ListRoute::Tasks,
+        params,
+        move |conn, orbit_id| {
+            Ok(
+                store::tasks_page(conn, orbit_id, status, q.leased, after, limit)?
+                    .map(|(rows, stamp)| (page(rows, limit, |t| t.id), stamp)),
+            )
+        },
+    )
+    .await
 }
 
 /// Read a task with its active lease.

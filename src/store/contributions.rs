@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 
 use crate::api::types::{ts, ContributorActor};
 use crate::db::BindNext;
+use crate::listcache::{split, Stamp, Stamped};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -265,8 +266,11 @@ pub fn contribution(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Cont
         .map(|o| o.map(Contribution::from))
 }
 
-/// An orbit's contributions, ascending by id, optionally filtered.
-pub fn contributions_of_orbit(
+/// An orbit's contributions, ascending by id, optionally filtered (`limit + 1`
+/// rows), with the page's [`Stamp`] from the same statement (so one snapshot).
+/// Nothing in a contribution changes with time alone: `valid_until` is null. `None`
+/// when the orbit does not exist.
+pub fn contributions_page(
     conn: &mut PgConnection,
     orbit_id: i64,
     kind: Option<&str>,
@@ -274,13 +278,19 @@ pub fn contributions_of_orbit(
     task_id: Option<i64>,
     after: i64,
     limit: i64,
-) -> QueryResult<Vec<Contribution>> {
+) -> QueryResult<Option<(Vec<Contribution>, Stamp)>> {
     crate::db::sql(format!(
-        "{CONTRIBUTION_SELECT} WHERE (c.orbit_id, c.id) > ($1, $2) AND c.orbit_id = $1 \
-           AND ($3::text IS NULL OR c.kind = $3) \
-           AND ($4::bigint IS NULL OR c.problem_id = $4) \
-           AND ($5::bigint IS NULL OR c.task_id = $5) \
-         ORDER BY c.orbit_id, c.id LIMIT $6"
+        "WITH k AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+         SELECT p.*, o.revision AS m_revision, k.now AS m_now, \
+             NULL::timestamptz AS m_valid_until \
+         FROM k CROSS JOIN orbits o LEFT JOIN LATERAL ( \
+             {CONTRIBUTION_SELECT} WHERE (c.orbit_id, c.id) > ($1, $2) AND c.orbit_id = $1 \
+               AND ($3::text IS NULL OR c.kind = $3) \
+               AND ($4::bigint IS NULL OR c.problem_id = $4) \
+               AND ($5::bigint IS NULL OR c.task_id = $5) \
+             ORDER BY c.orbit_id, c.id LIMIT $6 \
+         ) p ON true \
+         WHERE o.id = $1 ORDER BY p.id"
     ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(after)
@@ -288,8 +298,8 @@ pub fn contributions_of_orbit(
     .bind::<Nullable<BigInt>, _>(problem_id)
     .bind::<Nullable<BigInt>, _>(task_id)
     .bind::<BigInt, _>(limit + 1)
-    .load::<ContributionRow>(conn)
-    .map(|rows| rows.into_iter().map(Contribution::from).collect())
+    .load::<Stamped<ContributionRow>>(conn)
+    .map(split)
 }
 
 /// A problem's newest contributions, newest first (an index scan of `n` rows).

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use crate::api::types::{ts, ts_opt, ContributorActor};
 use crate::db::BindNext;
+use crate::listcache::{split, Stamp, Stamped};
 
 fn actor(id: i64, kind: String, name: String, model_claim: Option<String>) -> ContributorActor {
     ContributorActor {
@@ -356,7 +357,11 @@ impl From<TaskRow> for Task {
 // tables) and from reaching the active lease through a partial index filtered by
 // task (`end_reason IS NULL` would make `leases_active_orbit_idx` eligible). The
 // lease is found by `(task_id, lease_version)`, the unique key, and then checked.
-const TASK_SELECT: &str =
+// `$clock` is the instant a lease must outlast to be active: `clock_timestamp()` for
+// one task; one reading shared by every row for a page (`tasks_page`).
+macro_rules! task_select {
+    ($clock:literal) => {
+        concat!(
     "SELECT t.id, t.orbit_id, t.problem_id, t.title, t.description, t.status, \
         t.lease_version, t.completion_summary, t.result_contribution_id, t.cancel_reason, \
         t.created_at, t.updated_at, \
@@ -377,9 +382,14 @@ const TASK_SELECT: &str =
             WHERE l.task_id = t.id AND l.lease_version = t.lease_version \
             OFFSET 0 \
         ) v \
-        WHERE v.end_reason IS NULL AND v.expires_at > clock_timestamp() \
+        WHERE v.end_reason IS NULL AND v.expires_at > ", $clock, " \
     ) l ON true \
-    LEFT JOIN contributors lc ON lc.id = l.contributor_id";
+    LEFT JOIN contributors lc ON lc.id = l.contributor_id"
+        )
+    };
+}
+
+const TASK_SELECT: &str = task_select!("clock_timestamp()");
 
 pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
     crate::db::sql(format!("{TASK_SELECT} WHERE t.id = $1"))
@@ -389,6 +399,7 @@ pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
         .map(|o| o.map(Task::from))
 }
 
+/// An orbit's tasks, ascending by id, optionally filtered (`limit + 1` rows).
 pub fn tasks_of_orbit(
     conn: &mut PgConnection,
     orbit_id: i64,
@@ -397,19 +408,46 @@ pub fn tasks_of_orbit(
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<Task>> {
-    crate::db::sql(format!(
-        "{TASK_SELECT} WHERE (t.orbit_id, t.id) > ($1, $2) AND t.orbit_id = $1 \
-           AND ($3::text IS NULL OR t.status = $3) \
-           AND ($4::bool IS NULL OR (l.id IS NOT NULL) = $4) \
-         ORDER BY t.orbit_id, t.id LIMIT $5"
+    Ok(tasks_page(conn, orbit_id, status, leased, after, limit)?
+        .map(|(rows, _)| rows)
+        .unwrap_or_default())
+}
+
+/// `tasks_of_orbit` with its [`Stamp`], in one statement (so one snapshot): every
+/// row decides its active lease at the same clock reading, and `valid_until` is the
+/// first `expires_at` after it among the orbit's leases that have not ended (any of
+/// them, not only the page's: a `leased=false` page gains a task when one runs out).
+/// `None` when the orbit does not exist.
+pub fn tasks_page(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    status: Option<&str>,
+    leased: Option<bool>,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Option<(Vec<Task>, Stamp)>> {
+    crate::db::sql(concat!(
+        "WITH k AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+         SELECT p.*, o.revision AS m_revision, k.now AS m_now, h.until AS m_valid_until \
+         FROM k CROSS JOIN orbits o CROSS JOIN LATERAL ( \
+             SELECT min(x.expires_at) AS until FROM leases x \
+             WHERE x.orbit_id = o.id AND x.end_reason IS NULL AND x.expires_at > k.now \
+         ) h LEFT JOIN LATERAL (",
+        task_select!("k.now"),
+        " WHERE (t.orbit_id, t.id) > ($1, $2) AND t.orbit_id = $1 \
+               AND ($3::text IS NULL OR t.status = $3) \
+               AND ($4::bool IS NULL OR (l.id IS NOT NULL) = $4) \
+             ORDER BY t.orbit_id, t.id LIMIT $5 \
+         ) p ON true \
+         WHERE o.id = $1 ORDER BY p.id"
     ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(after)
     .bind::<Nullable<Text>, _>(status)
     .bind::<Nullable<Bool>, _>(leased)
     .bind::<BigInt, _>(limit + 1)
-    .load::<TaskRow>(conn)
-    .map(|rows| rows.into_iter().map(Task::from).collect())
+    .load::<Stamped<TaskRow>>(conn)
+    .map(split)
 }
 
 /// A task's orbit and the contributor's role there (`None`: not a member), in one

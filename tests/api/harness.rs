@@ -310,12 +310,29 @@ impl TestApp {
     /// for behaviour that must hold across instances. Dropping it leaves the
     /// database alone.
     pub fn another_instance(&self) -> TestApp {
+        self.another_instance_with(|_| {})
+    }
+
+    /// [`TestApp::another_instance`] with its configuration changed by `tweak`.
+    pub fn another_instance_with(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
         let db = TestDb {
             name: self.db.name.clone(),
             url: self.db.url.clone(),
             owned: false,
         };
-        Self::spawn_on(db, self.config.clone())
+        let mut config = self.config.clone();
+        tweak(&mut config);
+        Self::spawn_on(db, config)
+    }
+
+    /// The values of unlabelled metrics on `/metrics`, in the order of `names`.
+    pub async fn metrics<const N: usize>(&self, names: [&str; N]) -> [u64; N] {
+        let text = self.get("/metrics", None).await.text;
+        names.map(|name| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        })
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -9,6 +9,7 @@ mod harness;
 mod idempotency;
 mod knowledge;
 mod leases;
+mod list_cache;
 mod matrix;
 mod mcp;
 mod members;

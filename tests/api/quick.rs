@@ -9,26 +9,14 @@ use serde_json::{json, Value};
 use crate::harness::{Agent, Resp, RowLock, TestApp};
 use crate::work::{crew, task};
 
-/// The values of unlabelled metrics, from one read of `/metrics`.
-async fn metrics<const N: usize>(app: &TestApp, names: [&str; N]) -> [u64; N] {
-    let text = app.get("/metrics", None).await.text;
-    names.map(|name| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-    })
-}
-
 /// `(done, declined)` from `/metrics`.
 async fn quick_counts(app: &TestApp) -> (u64, u64) {
-    let [done, declined] = metrics(
-        app,
-        [
+    let [done, declined] = app
+        .metrics([
             "orbit_quick_writes_total",
             "orbit_quick_writes_declined_total",
-        ],
-    )
-    .await;
+        ])
+        .await;
     (done, declined)
 }
 
@@ -390,7 +378,7 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
         crate::work::orbit_revision(&app, b.orbit).await,
     );
     let groups = "orbit_quick_write_groups_total";
-    let [groups0] = metrics(&app, [groups]).await;
+    let [groups0] = app.metrics([groups]).await;
     let counts0 = quick_counts(&app).await;
 
     // The owner's acquire waits in the database on the test's lock of its task.
@@ -481,7 +469,7 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
         ]);
         let release = async {
             let deadline = Instant::now() + Duration::from_secs(20);
-            while metrics(&app, ["orbit_quick_writes_waiting"]).await != [8] {
+            while app.metrics(["orbit_quick_writes_waiting"]).await != [8] {
                 assert!(Instant::now() < deadline, "the eight writes never queued");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -492,7 +480,7 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
     let (first, answers) = futures::future::join(first, waited).await;
 
     // Two groups: the blocked write alone, then the eight that queued behind it.
-    let [groups1] = metrics(&app, [groups]).await;
+    let [groups1] = app.metrics([groups]).await;
     assert_eq!(groups1 - groups0, 2);
     assert_eq!(first.status, 201, "{}", first.text);
     assert_eq!(first.json["data"]["orbit_revision"], rev_a + 1);
