@@ -74,8 +74,9 @@ impl Stamp {
 }
 
 /// A page row with the page's stamp beside it. The page is left-joined to the
-/// orbit's row, so an empty page is one row whose page columns are all null
-/// (`row` is `None`).
+/// orbit's row, so an empty page is one row whose page columns are all null: its
+/// `id` column is null and `row` is `None`. Any other null where `R` has none is
+/// an error, as in an unstamped read.
 pub struct Stamped<R> {
     pub row: Option<R>,
     pub stamp: Stamp,
@@ -83,8 +84,9 @@ pub struct Stamped<R> {
 
 impl<R: QueryableByName<Pg>> QueryableByName<Pg> for Stamped<R> {
     fn build<'a>(row: &impl NamedRow<'a, Pg>) -> deserialize::Result<Self> {
+        let id = NamedRow::get::<Nullable<BigInt>, Option<i64>>(row, "id")?;
         Ok(Stamped {
-            row: Option::<R>::build(row)?,
+            row: id.map(|_| R::build(row)).transpose()?,
             stamp: Stamp::build(row)?,
         })
     }
