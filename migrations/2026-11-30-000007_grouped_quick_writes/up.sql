@@ -141,11 +141,33 @@ BEGIN
         v_task.key_id, 200, json_lease_response(v_lease, v_caller))::quick_effect;
 END $$;
 
--- A group of quick writes, element i of every array being write i's arguments
--- (`p_call`: 1 acquire, 2 checkpoint, 3 release; `p_target` the task, or the lease of
--- a release; `p_number` the lease's seconds, or the lease version). Returns one row
--- per write that was done (`out_index` is its i, from 1); a write with no row
--- declined and changed nothing.
+-- One quick write's effect, by kind (`p_call`: 1 acquire, 2 checkpoint, 3 release;
+-- `p_target` the task, or the lease of a release; `p_number` the lease's seconds, or
+-- the lease version).
+CREATE FUNCTION quick_effect_of(
+    p_call int2, p_token bigint, p_target bigint, p_number bigint,
+    p_summary text, p_state text, p_hash text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_call = 1 THEN
+        RETURN quick_acquire_effect(p_token, p_target, p_number,
+            p_scope, p_key, p_fingerprint, p_retention);
+    ELSIF p_call = 2 THEN
+        RETURN quick_checkpoint_effect(p_token, p_target, p_number,
+            p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention);
+    ELSE
+        RETURN quick_release_effect(p_token, p_target, p_number,
+            p_scope, p_key, p_fingerprint, p_retention);
+    END IF;
+END $$;
+
+-- A group of quick writes, element i of every array being write i's arguments (as
+-- `quick_effect_of` takes them). Returns one row per write that was done
+-- (`out_index` is its i, from 1); a write with no row declined and changed nothing.
+-- A group of one needs no subtransaction: if it declines, the statement fails and
+-- its transaction rolls back, which is the same for the one write and cheaper (a
+-- subtransaction takes a transaction id of its own).
 CREATE FUNCTION quick_batch(
     p_call int2[], p_token bigint[], p_target bigint[], p_number bigint[],
     p_summary text[], p_state text[], p_hash text[],
@@ -156,27 +178,28 @@ DECLARE
     v_done quick_effect[] := '{}';
     v_effect quick_effect;
 BEGIN
-    FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
-        BEGIN
-            IF p_call[i] = 1 THEN
-                v_effect := quick_acquire_effect(p_token[i], p_target[i], p_number[i],
+    IF cardinality(p_call) = 1 THEN
+        v_effect := quick_effect_of(p_call[1], p_token[1], p_target[1], p_number[1],
+            p_summary[1], p_state[1], p_hash[1],
+            p_scope[1], p_key[1], p_fingerprint[1], p_retention[1]);
+        v_effect.idx := 1;
+        v_done := ARRAY[v_effect];
+    ELSE
+        FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
+            BEGIN
+                v_effect := quick_effect_of(p_call[i], p_token[i], p_target[i],
+                    p_number[i], p_summary[i], p_state[i], p_hash[i],
                     p_scope[i], p_key[i], p_fingerprint[i], p_retention[i]);
-            ELSIF p_call[i] = 2 THEN
-                v_effect := quick_checkpoint_effect(p_token[i], p_target[i], p_number[i],
-                    p_summary[i], p_state[i], p_hash[i],
-                    p_scope[i], p_key[i], p_fingerprint[i], p_retention[i]);
-            ELSE
-                v_effect := quick_release_effect(p_token[i], p_target[i], p_number[i],
-                    p_scope[i], p_key[i], p_fingerprint[i], p_retention[i]);
-            END IF;
-            v_effect.idx := i;
-            v_done := v_done || v_effect;
-        EXCEPTION WHEN others THEN
-            -- Declined, or failed (a lock timeout, a deadlock with another group...):
-            -- this write's subtransaction rolled back; the ordinary path decides.
-            NULL;
-        END;
-    END LOOP;
+                v_effect.idx := i;
+                v_done := v_done || v_effect;
+            EXCEPTION WHEN others THEN
+                -- Declined, or failed (a lock timeout, a deadlock with another
+                -- group...): this write's subtransaction rolled back; the ordinary
+                -- path decides.
+                NULL;
+            END;
+        END LOOP;
+    END IF;
     FOR v_effect IN SELECT * FROM unnest(v_done) ORDER BY orbit, idx LOOP
         out_index := v_effect.idx;
         out_orbit := v_effect.orbit;
