@@ -90,6 +90,27 @@ impl QuickCall {
         }
     }
 
+    /// The arguments of `quick_effect_of` (migration 7) after the token: the kind
+    /// (1 acquire, 2 checkpoint, 3 release), the task (the lease of a release), the
+    /// lease's seconds (the lease version), and the checkpoint's summary, canonical
+    /// state and hash (empty otherwise).
+    fn args(&self) -> (i16, i64, i64, &str, &str, &str) {
+        match self {
+            QuickCall::Acquire { task_id, seconds } => (1, *task_id, *seconds, "", "", ""),
+            QuickCall::Checkpoint {
+                task_id,
+                lease_version,
+                summary,
+                state,
+                state_hash,
+            } => (2, *task_id, *lease_version, summary, state, state_hash),
+            QuickCall::Release {
+                lease_id,
+                lease_version,
+            } => (3, *lease_id, *lease_version, "", "", ""),
+        }
+    }
+
     /// The status of the write's success, as its handler answers it.
     pub fn status(&self) -> actix_web::http::StatusCode {
         match self {
@@ -128,7 +149,8 @@ const MAX_HINTS: usize = 65_536;
 /// hold writes of any orbits, and its statement (`quick_batch`, migration
 /// `2026-11-30-000007_grouped_quick_writes`) applies each orbit's changes in turn.
 /// Each write runs in its own subtransaction and all commit together; one that
-/// declined (or failed on its own) left nothing behind and is answered `None`.
+/// declined (or failed on its own) left nothing behind and is answered `None`. A
+/// group of one runs as `quick_write`, without a subtransaction.
 pub struct QuickQueue {
     lanes: usize,
     metrics: Arc<crate::metrics::Metrics>,
@@ -313,63 +335,44 @@ fn classify(e: DieselError) -> Option<ApiError> {
     }
 }
 
-/// Runs `quick_batch(...)` with the group's arguments, element i of each array
-/// for write i.
+/// Runs the group's statement: `quick_write(...)` for a group of one, else
+/// `quick_batch(...)`, element i of each array for write i.
 fn load_group(conn: &mut PgConnection, group: &[Queued]) -> QueryResult<Vec<QuickRow>> {
-    let mut call = Vec::with_capacity(group.len());
-    let mut token = Vec::with_capacity(group.len());
-    let mut target = Vec::with_capacity(group.len());
-    let mut number = Vec::with_capacity(group.len());
-    let mut summary = Vec::with_capacity(group.len());
-    let mut state = Vec::with_capacity(group.len());
-    let mut hash = Vec::with_capacity(group.len());
-    for q in group {
-        let (c, t, n, s, st, h): (i16, i64, i64, &str, &str, &str) = match &q.call {
-            QuickCall::Acquire { task_id, seconds } => (1, *task_id, *seconds, "", "", ""),
-            QuickCall::Checkpoint {
-                task_id,
-                lease_version,
-                summary,
-                state,
-                state_hash,
-            } => (2, *task_id, *lease_version, summary, state, state_hash),
-            QuickCall::Release {
-                lease_id,
-                lease_version,
-            } => (3, *lease_id, *lease_version, "", "", ""),
-        };
-        call.push(c);
-        token.push(q.token_id);
-        target.push(t);
-        number.push(n);
-        summary.push(s);
-        state.push(st);
-        hash.push(h);
+    if let [one] = group {
+        let (call, target, number, summary, state, hash) = one.call.args();
+        return crate::db::sql(
+            "SELECT out_index, out_orbit, out_revision, out_body \
+             FROM quick_write($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind::<SmallInt, _>(call)
+        .bind::<BigInt, _>(one.token_id)
+        .bind::<BigInt, _>(target)
+        .bind::<BigInt, _>(number)
+        .bind::<Text, _>(summary)
+        .bind::<Text, _>(state)
+        .bind::<Text, _>(hash)
+        .bind::<Text, _>(&one.key.scope)
+        .bind::<Text, _>(&one.key.key)
+        .bind::<Text, _>(&one.key.fingerprint)
+        .bind::<Integer, _>(one.key.retention_hours)
+        .load(conn);
     }
+    let column = |f: &dyn Fn(&Queued) -> i64| group.iter().map(f).collect::<Vec<_>>();
+    let text = |f: &dyn Fn(&Queued) -> &str| group.iter().map(f).collect::<Vec<_>>();
     crate::db::sql(
         "SELECT out_index, out_orbit, out_revision, out_body \
          FROM quick_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
-    .bind::<Array<SmallInt>, _>(call)
-    .bind::<Array<BigInt>, _>(token)
-    .bind::<Array<BigInt>, _>(target)
-    .bind::<Array<BigInt>, _>(number)
-    .bind::<Array<Text>, _>(summary)
-    .bind::<Array<Text>, _>(state)
-    .bind::<Array<Text>, _>(hash)
-    .bind::<Array<Text>, _>(
-        group
-            .iter()
-            .map(|q| q.key.scope.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind::<Array<Text>, _>(group.iter().map(|q| q.key.key.as_str()).collect::<Vec<_>>())
-    .bind::<Array<Text>, _>(
-        group
-            .iter()
-            .map(|q| q.key.fingerprint.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind::<Array<SmallInt>, _>(group.iter().map(|q| q.call.args().0).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(column(&|q| q.token_id))
+    .bind::<Array<BigInt>, _>(column(&|q| q.call.args().1))
+    .bind::<Array<BigInt>, _>(column(&|q| q.call.args().2))
+    .bind::<Array<Text>, _>(text(&|q| q.call.args().3))
+    .bind::<Array<Text>, _>(text(&|q| q.call.args().4))
+    .bind::<Array<Text>, _>(text(&|q| q.call.args().5))
+    .bind::<Array<Text>, _>(text(&|q| &q.key.scope))
+    .bind::<Array<Text>, _>(text(&|q| &q.key.key))
+    .bind::<Array<Text>, _>(text(&|q| &q.key.fingerprint))
     .bind::<Array<Integer>, _>(
         group
             .iter()

@@ -162,12 +162,31 @@ BEGIN
     END IF;
 END $$;
 
+-- One quick write alone (a group of one, the common case when an orbit's agents do
+-- not overlap): its effect and its change, with no subtransaction (which would take
+-- a transaction id of its own). If it declines, the statement fails and its
+-- transaction rolls back, the same outcome for the one write.
+CREATE FUNCTION quick_write(
+    p_call int2, p_token bigint, p_target bigint, p_number bigint,
+    p_summary text, p_state text, p_hash text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT out_index int, OUT out_orbit bigint, OUT out_revision bigint, OUT out_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_effect quick_effect := quick_effect_of(p_call, p_token, p_target, p_number,
+        p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention);
+BEGIN
+    out_index := 1;
+    out_orbit := v_effect.orbit;
+    out_revision := apply_change(v_effect.orbit, v_effect.kind, v_effect.entity_type,
+        v_effect.entity_id, v_effect.task, v_effect.contributor, v_effect.summary,
+        v_effect.key_id, v_effect.status, convert_to(v_effect.body, 'UTF8'));
+    out_body := v_effect.body;
+END $$;
+
 -- A group of quick writes, element i of every array being write i's arguments (as
 -- `quick_effect_of` takes them). Returns one row per write that was done
 -- (`out_index` is its i, from 1); a write with no row declined and changed nothing.
--- A group of one needs no subtransaction: if it declines, the statement fails and
--- its transaction rolls back, which is the same for the one write and cheaper (a
--- subtransaction takes a transaction id of its own).
 CREATE FUNCTION quick_batch(
     p_call int2[], p_token bigint[], p_target bigint[], p_number bigint[],
     p_summary text[], p_state text[], p_hash text[],
@@ -178,28 +197,19 @@ DECLARE
     v_done quick_effect[] := '{}';
     v_effect quick_effect;
 BEGIN
-    IF cardinality(p_call) = 1 THEN
-        v_effect := quick_effect_of(p_call[1], p_token[1], p_target[1], p_number[1],
-            p_summary[1], p_state[1], p_hash[1],
-            p_scope[1], p_key[1], p_fingerprint[1], p_retention[1]);
-        v_effect.idx := 1;
-        v_done := ARRAY[v_effect];
-    ELSE
-        FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
-            BEGIN
-                v_effect := quick_effect_of(p_call[i], p_token[i], p_target[i],
-                    p_number[i], p_summary[i], p_state[i], p_hash[i],
-                    p_scope[i], p_key[i], p_fingerprint[i], p_retention[i]);
-                v_effect.idx := i;
-                v_done := v_done || v_effect;
-            EXCEPTION WHEN others THEN
-                -- Declined, or failed (a lock timeout, a deadlock with another
-                -- group...): this write's subtransaction rolled back; the ordinary
-                -- path decides.
-                NULL;
-            END;
-        END LOOP;
-    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
+        BEGIN
+            v_effect := quick_effect_of(p_call[i], p_token[i], p_target[i], p_number[i],
+                p_summary[i], p_state[i], p_hash[i],
+                p_scope[i], p_key[i], p_fingerprint[i], p_retention[i]);
+            v_effect.idx := i;
+            v_done := v_done || v_effect;
+        EXCEPTION WHEN others THEN
+            -- Declined, or failed (a lock timeout, a deadlock with another group...):
+            -- this write's subtransaction rolled back; the ordinary path decides.
+            NULL;
+        END;
+    END LOOP;
     FOR v_effect IN SELECT * FROM unnest(v_done) ORDER BY orbit, idx LOOP
         out_index := v_effect.idx;
         out_orbit := v_effect.orbit;
