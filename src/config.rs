@@ -38,9 +38,9 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub db_timeout_ms: u64,
 
-    /// Lease-cycle write groups this instance runs at once per orbit
-    /// (docs/ARCHITECTURE.md, "Quick writes"): the orbit's writes that arrive while
-    /// they run wait and go in its next group, which commits them together.
+    /// Lease-cycle write groups this instance runs at once per queue, about one
+    /// queue per orbit (docs/ARCHITECTURE.md, "Quick writes"): the queue's writes
+    /// that arrive while they run wait and go in its next group, committed together.
     #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,

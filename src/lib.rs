@@ -65,8 +65,12 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         tokens: Arc::new(auth::TokenCache::default()),
         hub,
         limits: Arc::new(ratelimit::Limits::new(config)),
+        // A group's statement runs for at most the statement timeout after a
+        // checkout that waits at most as long; a write may queue behind a group or
+        // two of its orbit.
         quick: Arc::new(quick::QuickQueue::new(
             config.write_lanes as usize,
+            Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
             metrics.clone(),
         )),
         list_cache: Arc::new(listcache::ListCache::new(

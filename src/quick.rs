@@ -153,6 +153,8 @@ const MAX_HINTS: usize = 65_536;
 /// group of one runs as `quick_write`, without a subtransaction.
 pub struct QuickQueue {
     lanes: usize,
+    /// How long a write waits for its group's answer before it is answered 503.
+    deadline: std::time::Duration,
     metrics: Arc<crate::metrics::Metrics>,
     state: Mutex<QueueState>,
 }
@@ -178,9 +180,14 @@ struct Lanes {
 }
 
 impl QuickQueue {
-    pub fn new(lanes: usize, metrics: Arc<crate::metrics::Metrics>) -> QuickQueue {
+    pub fn new(
+        lanes: usize,
+        deadline: std::time::Duration,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> QuickQueue {
         QuickQueue {
             lanes: lanes.max(1),
+            deadline,
             metrics,
             state: Mutex::new(QueueState::default()),
         }
@@ -232,10 +239,21 @@ impl QuickQueue {
             let pool = pool.clone();
             actix_web::rt::task::spawn_blocking(move || queue.lane(&pool, route));
         }
-        answer.await.unwrap_or_else(|_| {
-            tracing::error!("a quick write's group ended without an answer");
-            Err(ApiError::internal())
-        })
+        // A lane whose connection hangs (a half-open TCP connection, say) must not
+        // hold the writes queued behind it forever: past the deadline the write is
+        // answered 503, as a lost connection is (it may still commit; a retry with
+        // its key replays it or runs it once).
+        match tokio::time::timeout(self.deadline, answer).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => {
+                tracing::error!("a quick write's group ended without an answer");
+                Err(ApiError::internal())
+            }
+            Err(_) => {
+                tracing::warn!("a quick write waited past its deadline for its group");
+                Err(ApiError::unavailable())
+            }
+        }
     }
 
     /// A lane of `route`'s queue: runs its groups until nothing waits.
@@ -256,13 +274,11 @@ impl QuickQueue {
                 let n = lanes.waiting.len().min(MAX_GROUP);
                 lanes.waiting.drain(..n).collect()
             };
-            self.metrics
-                .quick_groups
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // A panic answers the group's writes with 500 (their senders drop) and
             // leaves the lane running for the rest.
-            let answers =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_group(pool, &group)));
+            let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_group(pool, &self.metrics, &group)
+            }));
             let Ok(answers) = answers else {
                 tracing::error!("a quick write group panicked");
                 continue;
@@ -287,7 +303,11 @@ impl QuickQueue {
 }
 
 /// Runs one group on one pooled connection; one answer per write, in order.
-fn run_group(pool: &PgPool, group: &[Queued]) -> Vec<ApiResult<Option<QuickRow>>> {
+fn run_group(
+    pool: &PgPool,
+    metrics: &crate::metrics::Metrics,
+    group: &[Queued],
+) -> Vec<ApiResult<Option<QuickRow>>> {
     let every = |answer: ApiResult<Option<QuickRow>>| -> Vec<ApiResult<Option<QuickRow>>> {
         group.iter().map(|_| answer.clone()).collect()
     };
@@ -295,7 +315,11 @@ fn run_group(pool: &PgPool, group: &[Queued]) -> Vec<ApiResult<Option<QuickRow>>
         Ok(conn) => conn,
         Err(e) => return every(Err(e)),
     };
-    match load_group(&mut conn, group) {
+    let loaded = load_group(&mut conn, group);
+    metrics
+        .quick_groups
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    match loaded {
         Ok(rows) => {
             let mut answers = every(Ok(None));
             for row in rows {
@@ -328,7 +352,9 @@ fn classify(e: DieselError) -> Option<ApiError> {
             if !crate::db::is_unavailable_message(info.message())
                 || info.message().starts_with("canceling statement due to") =>
         {
-            tracing::debug!(error = %info.message(), "quick write group failed; running the ordinary path");
+            if info.message() != DECLINED {
+                tracing::debug!(error = %info.message(), "quick write group failed; running the ordinary path");
+            }
             None
         }
         e => Some(e.into()),

@@ -196,7 +196,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_done quick_effect[] := '{}';
     v_effect quick_effect;
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
+    -- A write of a group does not wait for a lock another transaction holds (its
+    -- task, its key): it declines at once and the ordinary path waits for it, after
+    -- the group. Waits would add up across the group's writes, hold up the others,
+    -- and could meet another writer's in a cycle. The apply phase below waits as
+    -- usual: there the orbit's other writers hold its row only to their commit.
+    PERFORM set_config('lock_timeout', '20ms', true);
     FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
         BEGIN
             v_effect := quick_effect_of(p_call[i], p_token[i], p_target[i], p_number[i],
@@ -205,11 +212,15 @@ BEGIN
             v_effect.idx := i;
             v_done := v_done || v_effect;
         EXCEPTION WHEN others THEN
-            -- Declined, or failed (a lock timeout, a deadlock with another group...):
-            -- this write's subtransaction rolled back; the ordinary path decides.
-            NULL;
+            -- Declined, or failed (a lock held elsewhere...): this write's
+            -- subtransaction rolled back; the ordinary path decides. A failure that
+            -- is not a decline goes to the server's log.
+            IF SQLERRM <> 'quick_declined' THEN
+                RAISE LOG 'quick write % of a group failed (%): %', i, SQLSTATE, SQLERRM;
+            END IF;
         END;
     END LOOP;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     FOR v_effect IN SELECT * FROM unnest(v_done) ORDER BY orbit, idx LOOP
         out_index := v_effect.idx;
         out_orbit := v_effect.orbit;

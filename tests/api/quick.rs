@@ -578,3 +578,85 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
         vec![(rev_b + 1, "checkpoint.created".to_owned())]
     );
 }
+
+#[tokio::test]
+async fn a_write_of_a_group_does_not_wait_for_a_lock_held_elsewhere() {
+    let app = TestApp::spawn_with(|c| c.write_lanes = 1).await;
+    let c = crew(&app, "group-nowait", 3).await;
+    let m = &c.members;
+    let t = |title: &'static str| task(&app, &c.owner, c.orbit, title);
+    let (blocker, free, held1, held2) = (
+        t("blocker").await,
+        t("free").await,
+        t("held1").await,
+        t("held2").await,
+    );
+    // Every writer's queue is the orbit's.
+    lease(&app, &c.owner, t("warm-up").await).await;
+    for who in m {
+        lease(&app, who, t("warm-up").await).await;
+    }
+    let declined0 = quick_counts(&app).await.1;
+    let mut monitor = app.db.conn();
+    let first_lock = RowLock::take(&app.db, blocker);
+    let (lock1, lock2) = (RowLock::take(&app.db, held1), RowLock::take(&app.db, held2));
+    let acquire = |who: &Agent, task: i64, key: &'static str| {
+        let (app, token) = (&app, who.token.clone());
+        async move {
+            app.send(
+                Method::POST,
+                &format!("/api/v1/tasks/{task}/leases"),
+                Some(&token),
+                Some(key),
+                Some(json!({})),
+            )
+            .await
+        }
+    };
+    let first = acquire(&c.owner, blocker, "first");
+    let rest = async {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while first_lock.waiting_now(&mut monitor) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the first group never reached the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Three writes queue for the next group; two of their tasks are locked here.
+        let free_write = acquire(&m[0], free, "free");
+        let held_writes = futures::future::join(
+            acquire(&m[1], held1, "held1"),
+            acquire(&m[2], held2, "held2"),
+        );
+        let steer = async {
+            while app.metrics(["orbit_quick_writes_waiting"]).await != [3] {
+                assert!(Instant::now() < deadline, "the three writes never queued");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            first_lock.release();
+            // The two held writes declined at once and now wait in the ordinary path;
+            // the free write's group committed meanwhile, not waiting for them.
+            while lock1.waiting_now(&mut app.db.conn()) == 0
+                || lock2.waiting_now(&mut app.db.conn()) == 0
+            {
+                assert!(Instant::now() < deadline, "the held writes are not waiting");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let leased = crate::harness::sql_i64(
+                &mut app.db.conn(),
+                &format!("SELECT count(*) AS n FROM leases WHERE task_id = {free}"),
+            );
+            assert_eq!(leased, 1, "the free write committed while the others wait");
+            assert_eq!(quick_counts(&app).await.1 - declined0, 2);
+            lock1.release();
+            lock2.release();
+        };
+        let (free_done, held, ()) = futures::join!(free_write, held_writes, steer);
+        (free_done, held)
+    };
+    let (first, (free_done, (held1_done, held2_done))) = futures::future::join(first, rest).await;
+    for r in [&first, &free_done, &held1_done, &held2_done] {
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+}
