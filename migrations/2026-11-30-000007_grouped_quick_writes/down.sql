@@ -3,6 +3,7 @@
 DROP FUNCTION quick_batch(int2[], bigint[], bigint[], bigint[], text[], text[], text[],
                           text[], text[], text[], int[]);
 DROP FUNCTION quick_write(int2, bigint, bigint, bigint, text, text, text, text, text, text, int);
+DROP FUNCTION quick_apply(quick_effect);
 DROP FUNCTION quick_effect_of(int2, bigint, bigint, bigint, text, text, text, text, text, text, int);
 DROP FUNCTION quick_release_effect(bigint, bigint, bigint, text, text, text, int);
 DROP FUNCTION quick_checkpoint_effect(bigint, bigint, bigint, text, text, text, text, text, text, int);

@@ -162,6 +162,12 @@ BEGIN
     END IF;
 END $$;
 
+-- Applies a quick write's change (`apply_change`); its revision.
+CREATE FUNCTION quick_apply(e quick_effect) RETURNS bigint LANGUAGE sql AS $$
+    SELECT apply_change(e.orbit, e.kind, e.entity_type, e.entity_id, e.task,
+        e.contributor, e.summary, e.key_id, e.status, convert_to(e.body, 'UTF8'))
+$$;
+
 -- One quick write alone (a group of one, the common case when an orbit's agents do
 -- not overlap): its effect and its change, with no subtransaction (which would take
 -- a transaction id of its own). If it declines, the statement fails and its
@@ -178,9 +184,7 @@ DECLARE
 BEGIN
     out_index := 1;
     out_orbit := v_effect.orbit;
-    out_revision := apply_change(v_effect.orbit, v_effect.kind, v_effect.entity_type,
-        v_effect.entity_id, v_effect.task, v_effect.contributor, v_effect.summary,
-        v_effect.key_id, v_effect.status, convert_to(v_effect.body, 'UTF8'));
+    out_revision := quick_apply(v_effect);
     out_body := v_effect.body;
 END $$;
 
@@ -224,9 +228,7 @@ BEGIN
     FOR v_effect IN SELECT * FROM unnest(v_done) ORDER BY orbit, idx LOOP
         out_index := v_effect.idx;
         out_orbit := v_effect.orbit;
-        out_revision := apply_change(v_effect.orbit, v_effect.kind, v_effect.entity_type,
-            v_effect.entity_id, v_effect.task, v_effect.contributor, v_effect.summary,
-            v_effect.key_id, v_effect.status, convert_to(v_effect.body, 'UTF8'));
+        out_revision := quick_apply(v_effect);
         out_body := v_effect.body;
         RETURN NEXT;
     END LOOP;

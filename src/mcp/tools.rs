@@ -739,7 +739,9 @@ async fn find_work(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done
                 break;
             }
             let mut rows =
-                task_store::tasks_of_orbit(conn, orbit_id, Some("OPEN"), Some(false), 0, room)?;
+                task_store::tasks_page(conn, orbit_id, Some("OPEN"), Some(false), 0, room)?
+                    .map(|(rows, _)| rows)
+                    .unwrap_or_default();
             if rows.len() as i64 > room {
                 rows.truncate(room as usize);
                 more_tasks = true;

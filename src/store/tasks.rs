@@ -399,21 +399,8 @@ pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
         .map(|o| o.map(Task::from))
 }
 
-/// An orbit's tasks, ascending by id, optionally filtered (`limit + 1` rows).
-pub fn tasks_of_orbit(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    status: Option<&str>,
-    leased: Option<bool>,
-    after: i64,
-    limit: i64,
-) -> QueryResult<Vec<Task>> {
-    Ok(tasks_page(conn, orbit_id, status, leased, after, limit)?
-        .map(|(rows, _)| rows)
-        .unwrap_or_default())
-}
-
-/// `tasks_of_orbit` with its [`Stamp`], in one statement (so one snapshot): every
+/// An orbit's tasks, ascending by id, optionally filtered (`limit + 1` rows), with
+/// the page's [`Stamp`], in one statement (so one snapshot): every
 /// row decides its active lease at the same clock reading, and `valid_until` is the
 /// first `expires_at` after it among the orbit's leases that have not ended (any of
 /// them, not only the page's: a `leased=false` page gains a task when one runs out).
