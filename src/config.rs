@@ -45,6 +45,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,
 
+    /// Groups of `GET /me` reads this instance runs at once (docs/ARCHITECTURE.md,
+    /// "Read groups"): the reads that arrive while they run share the next group's
+    /// statement. 0 reads each request alone.
+    #[arg(long, env = "ORBIT_READ_LANES", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub read_lanes: u32,
+
     /// HTTP worker threads (default: the number of cores).
     #[arg(long, env = "ORBIT_WORKERS")]
     pub workers: Option<usize>,
@@ -115,6 +122,7 @@ impl Config {
             db_pool_size: 16,
             db_timeout_ms: 5000,
             write_lanes: 2,
+            read_lanes: 1,
             workers: None,
             log: "info".into(),
             log_format: LogFormat::Pretty,

@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod quick;
 pub mod ratelimit;
+pub mod readgroup;
 pub mod revision;
 pub mod routes;
 pub mod state;
@@ -57,12 +58,13 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     );
     let metrics = Arc::new(metrics::Metrics::default());
     let hub = ChangeHub::default();
+    let tokens = Arc::new(auth::TokenCache::default());
     hub.start_listener(database_url.to_owned());
     hub.start_notifier(database_url.to_owned());
     AppState {
         pool,
         config: Arc::new(config.clone()),
-        tokens: Arc::new(auth::TokenCache::default()),
+        tokens: tokens.clone(),
         hub,
         limits: Arc::new(ratelimit::Limits::new(config)),
         // A group's statement runs for at most the statement timeout after a
@@ -73,6 +75,13 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
             metrics.clone(),
         )),
+        me_reads: (config.read_lanes > 0).then(|| {
+            Arc::new(readgroup::ReadGroups::new(
+                config.read_lanes as usize,
+                Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
+                api::contributors::me_group(tokens.clone()),
+            ))
+        }),
         list_cache: Arc::new(listcache::ListCache::new(
             usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),
         )),

@@ -9,7 +9,7 @@ use crate::api::responses::WriteErrors;
 use crate::api::types::{page, ContributorActor, ContributorType, PageParams};
 use crate::api::{json_response, ok_json, page_json, State};
 use crate::auth::token::{self, TokenKind};
-use crate::auth::{Bearer, TokenCache};
+use crate::auth::{Bearer, CacheKey, TokenCache};
 use crate::db::{self, TxResult};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::json::{Body, Validate};
@@ -186,9 +186,39 @@ pub struct MeData {
 )]
 #[get("/me")]
 pub async fn me(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
+    if let (Some(reads), Some(cached)) = (&state.me_reads, bearer.cached(&state.tokens)) {
+        return ok_json(&reads.read(&state.pool, cached).await?);
+    }
     let tokens = state.tokens.clone();
     let me = db::read(&state.pool, move |conn| me_of(conn, &bearer, &tokens)).await?;
     ok_json(&me)
+}
+
+/// `GET /me` reads of tokens this instance verified (`Bearer::cached`), run in
+/// groups: the token's cache key and row id.
+pub type MeReads = std::sync::Arc<crate::readgroup::ReadGroups<(CacheKey, i64), Me>>;
+
+/// Reads a group of `GET /me` requests with one statement, then checks each token
+/// as the ordinary path does (revocation, `last_used_at`).
+pub fn me_group(
+    tokens: std::sync::Arc<TokenCache>,
+) -> Box<crate::readgroup::Load<(CacheKey, i64), Me>> {
+    Box::new(move |conn, keys| {
+        let ids: Vec<i64> = keys.iter().map(|(_, id)| *id).collect();
+        let found = store::tokens_with_memberships(conn, &ids).map_err(ApiError::from)?;
+        Ok(keys
+            .iter()
+            .zip(found)
+            .map(|((key, _), found)| {
+                let (row, memberships) = found.map_or((None, Vec::new()), |(r, m)| (Some(r), m));
+                let caller = crate::auth::admit_cached(conn, &tokens, *key, row)?;
+                Ok(Me {
+                    contributor: caller.actor,
+                    memberships,
+                })
+            })
+            .collect())
+    })
 }
 
 /// The caller and its memberships (REST and MCP), read with the token in one

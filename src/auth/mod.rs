@@ -298,52 +298,84 @@ impl Bearer {
             cache.forget(&key);
             return Err(ApiError::unauthorized("The token is invalid.").into());
         };
-        // The secret is checked before revocation is revealed: knowing a token's
-        // public lookup part tells nothing.
-        if cached.is_some() {
+        let secret = cached.is_none().then_some(parsed.secret);
+        let caller = admit(conn, cache, key, secret, row)?;
+        Ok((caller, extra))
+    }
+}
+
+/// A token's row read by id for a token this instance verified (`Bearer::cached`),
+/// in a statement of its own (a group of reads, `src/readgroup.rs`): the caller,
+/// or the 401 the ordinary path would give.
+pub fn admit_cached(
+    conn: &mut PgConnection,
+    cache: &TokenCache,
+    key: CacheKey,
+    row: Option<TokenRow>,
+) -> TxResult<Caller> {
+    let Some(row) = row else {
+        cache.forget(&key);
+        return Err(ApiError::unauthorized("The token is invalid.").into());
+    };
+    admit(conn, cache, key, None, row)
+}
+
+/// What every authentication does with the token's row once read: `secret` is the
+/// presented secret when the token is not cached (it is then checked with argon2).
+fn admit(
+    conn: &mut PgConnection,
+    cache: &TokenCache,
+    key: CacheKey,
+    secret: Option<&str>,
+    row: TokenRow,
+) -> TxResult<Caller> {
+    // The secret is checked before revocation is revealed: knowing a token's
+    // public lookup part tells nothing.
+    match secret {
+        None => {
             cache
                 .hits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
+        }
+        Some(secret) => {
             cache
                 .misses
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if !token::verify(parsed.secret, &row.secret_hash) {
+            if !token::verify(secret, &row.secret_hash) {
                 return Err(ApiError::unauthorized("The token is invalid.").into());
             }
         }
-        if row.revoked_at.is_some() {
-            cache.forget(&key);
-            return Err(ApiError::unauthorized("The token has been revoked.").into());
-        }
-        // Written after a verification, refreshed on every later success: a token in
-        // use is verified with argon2 once per process (revocation is read from the
-        // database on every request anyway).
-        cache.put(key, row.id);
-        let stale = row
-            .last_used_at
-            .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
-        if stale {
-            // Never wait for this bookkeeping: another request of the same token may
-            // hold the row; it records the use then.
-            crate::db::sql(
-                "UPDATE tokens SET last_used_at = $2 WHERE id = ( \
-                     SELECT id FROM tokens WHERE id = $1 FOR UPDATE SKIP LOCKED)",
-            )
-            .bind::<diesel::sql_types::BigInt, _>(row.id)
-            .bind::<diesel::sql_types::Timestamptz, _>(row.now)
-            .execute(conn)?;
-        }
-        let (id, kind, name, model_claim) = row.contributor;
-        let caller = Caller {
-            token_id: row.id,
-            actor: ContributorActor {
-                id,
-                kind,
-                name,
-                model_claim,
-            },
-        };
-        Ok((caller, extra))
     }
+    if row.revoked_at.is_some() {
+        cache.forget(&key);
+        return Err(ApiError::unauthorized("The token has been revoked.").into());
+    }
+    // Written after a verification, refreshed on every later success: a token in
+    // use is verified with argon2 once per process (revocation is read from the
+    // database on every request anyway).
+    cache.put(key, row.id);
+    let stale = row
+        .last_used_at
+        .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
+    if stale {
+        // Never wait for this bookkeeping: another request of the same token may
+        // hold the row; it records the use then.
+        crate::db::sql(
+            "UPDATE tokens SET last_used_at = $2 WHERE id = ( \
+                 SELECT id FROM tokens WHERE id = $1 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind::<diesel::sql_types::BigInt, _>(row.id)
+        .bind::<diesel::sql_types::Timestamptz, _>(row.now)
+        .execute(conn)?;
+    }
+    let (id, kind, name, model_claim) = row.contributor;
+    Ok(Caller {
+        token_id: row.id,
+        actor: ContributorActor {
+            id,
+            kind,
+            name,
+            model_claim,
+        },
+    })
 }

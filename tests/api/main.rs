@@ -17,6 +17,7 @@ mod openapi;
 mod orbits;
 mod protection;
 mod quick;
+mod read_groups;
 mod reliability;
 mod revisions;
 mod smoke;

@@ -1,0 +1,147 @@
+//! Reads run in groups: the requests for one kind of read that arrive while an
+//! earlier group is in the database share the next group's statement.
+//!
+//! A single-row read costs the service far more than the row: a hop to a blocking
+//! thread, a round trip to its backend and the backend's executor set-up, each with
+//! its context switches. Under concurrency, reads of the same kind queue here
+//! instead, and a lane (a blocking thread with one pooled connection) reads
+//! everything that queued with one statement over an array of keys. An idle lane
+//! runs a read at once, alone: grouping adds no wait, it only shares the round trip
+//! among the reads that would otherwise have waited for a thread and a connection.
+//! A read's answer comes from a statement that started after the request arrived,
+//! as the ordinary path's would.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use diesel::PgConnection;
+use tokio::sync::oneshot;
+
+use crate::db::PgPool;
+use crate::error::{ApiError, ApiResult};
+
+/// The most reads in one group (one statement over an array of this many keys).
+pub const MAX_GROUP: usize = 64;
+
+/// Reads one group: one answer per key, in the keys' order.
+pub type Load<K, V> = dyn Fn(&mut PgConnection, &[K]) -> ApiResult<Vec<ApiResult<V>>> + Send + Sync;
+
+/// The queue of one kind of read.
+pub struct ReadGroups<K, V> {
+    lanes: usize,
+    /// How long a read waits for its group's answer before it is answered 503.
+    deadline: Duration,
+    load: Box<Load<K, V>>,
+    /// Groups whose statement ran, and the reads they answered.
+    pub groups: AtomicU64,
+    pub reads: AtomicU64,
+    state: Mutex<State<K, V>>,
+}
+
+struct State<K, V> {
+    waiting: VecDeque<(K, oneshot::Sender<ApiResult<V>>)>,
+    running: usize,
+}
+
+impl<K: Send + 'static, V: Send + 'static> ReadGroups<K, V> {
+    pub fn new(lanes: usize, deadline: Duration, load: Box<Load<K, V>>) -> ReadGroups<K, V> {
+        ReadGroups {
+            lanes: lanes.max(1),
+            deadline,
+            load,
+            groups: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            state: Mutex::new(State {
+                waiting: VecDeque::new(),
+                running: 0,
+            }),
+        }
+    }
+
+    /// Reads queued for their next group.
+    pub fn waiting(&self) -> usize {
+        self.state().waiting.len()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State<K, V>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads `key` in the next group and waits for its answer.
+    pub async fn read(self: &Arc<Self>, pool: &PgPool, key: K) -> ApiResult<V> {
+        let (done, answer) = oneshot::channel();
+        let start = {
+            let mut state = self.state();
+            state.waiting.push_back((key, done));
+            (state.running < self.lanes).then(|| state.running += 1)
+        };
+        if start.is_some() {
+            let groups = self.clone();
+            let pool = pool.clone();
+            actix_web::rt::task::spawn_blocking(move || groups.lane(&pool));
+        }
+        // A lane whose connection hangs must not hold the reads queued behind it.
+        match tokio::time::timeout(self.deadline, answer).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => {
+                tracing::error!("a grouped read ended without an answer");
+                Err(ApiError::internal())
+            }
+            Err(_) => {
+                tracing::warn!("a grouped read waited past its deadline for its group");
+                Err(ApiError::unavailable())
+            }
+        }
+    }
+
+    /// A lane: runs groups until nothing waits.
+    fn lane(&self, pool: &PgPool) {
+        loop {
+            let group: Vec<(K, oneshot::Sender<ApiResult<V>>)> = {
+                let mut state = self.state();
+                if state.waiting.is_empty() {
+                    state.running -= 1;
+                    return;
+                }
+                let n = state.waiting.len().min(MAX_GROUP);
+                state.waiting.drain(..n).collect()
+            };
+            let (keys, senders): (Vec<K>, Vec<_>) = group.into_iter().unzip();
+            // A panic answers the group's reads with 500 (their senders drop) and
+            // leaves the lane running for the rest.
+            let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_group(pool, &keys)
+            }));
+            let Ok(answers) = answers else {
+                tracing::error!("a read group panicked");
+                continue;
+            };
+            for (done, answer) in senders.into_iter().zip(answers) {
+                // The request may have gone (its client hung up).
+                let _ = done.send(answer);
+            }
+        }
+    }
+
+    fn run_group(&self, pool: &PgPool, keys: &[K]) -> Vec<ApiResult<V>> {
+        let every = |e: ApiError| keys.iter().map(|_| Err(e.clone())).collect();
+        let mut conn = match crate::db::checkout(pool) {
+            Ok(conn) => conn,
+            Err(e) => return every(e),
+        };
+        match (self.load)(&mut conn, keys) {
+            Ok(answers) if answers.len() == keys.len() => {
+                self.groups.fetch_add(1, Ordering::Relaxed);
+                self.reads.fetch_add(keys.len() as u64, Ordering::Relaxed);
+                answers
+            }
+            Ok(_) => {
+                tracing::error!("a read group answered a different number of reads");
+                every(ApiError::internal())
+            }
+            Err(e) => every(e),
+        }
+    }
+}
