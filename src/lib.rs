@@ -75,11 +75,11 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
             metrics.clone(),
         )),
-        me_reads: (config.read_lanes > 0).then(|| {
-            Arc::new(readgroup::ReadGroups::new(
+        reads: (config.read_lanes > 0).then(|| {
+            Arc::new(readgroup::Reads::new(
                 config.read_lanes as usize,
                 Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
-                api::contributors::me_group(tokens.clone()),
+                tokens.clone(),
             ))
         }),
         list_cache: Arc::new(listcache::ListCache::new(

@@ -214,28 +214,24 @@ impl Metrics {
             "Groups of lease-cycle writes run, each one statement and one commit.",
             self.quick_groups.load(Ordering::Relaxed),
         );
-        let reads = state.me_reads.as_ref();
+        let (groups, reads, waiting) = state.reads.as_ref().map_or((0, 0, 0), |r| r.counts());
         let _ = writeln!(
             out,
-            "# HELP orbit_grouped_reads_waiting GET /me reads queued for their next group."
+            "# HELP orbit_grouped_reads_waiting Single-row reads queued for their next group."
         );
         let _ = writeln!(out, "# TYPE orbit_grouped_reads_waiting gauge");
-        let _ = writeln!(
-            out,
-            "orbit_grouped_reads_waiting {}",
-            reads.map_or(0, |r| r.waiting())
-        );
+        let _ = writeln!(out, "orbit_grouped_reads_waiting {waiting}");
         counter(
             &mut out,
             "orbit_read_groups_total",
-            "Groups of GET /me reads run, each one statement.",
-            reads.map_or(0, |r| r.groups.load(Ordering::Relaxed)),
+            "Groups of single-row reads run (GET /me, anonymous task and contribution GETs), each one statement.",
+            groups,
         );
         counter(
             &mut out,
             "orbit_grouped_reads_total",
-            "GET /me reads answered by a group.",
-            reads.map_or(0, |r| r.reads.load(Ordering::Relaxed)),
+            "Single-row reads answered by a group.",
+            reads,
         );
         let _ = writeln!(
             out,

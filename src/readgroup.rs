@@ -16,6 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use diesel::deserialize::{self, QueryableByName};
+use diesel::pg::Pg;
+use diesel::row::NamedRow;
+use diesel::sql_types::BigInt;
 use diesel::PgConnection;
 use tokio::sync::oneshot;
 
@@ -60,9 +64,13 @@ impl<K: Send + 'static, V: Send + 'static> ReadGroups<K, V> {
         }
     }
 
-    /// Reads queued for their next group.
-    pub fn waiting(&self) -> usize {
-        self.state().waiting.len()
+    /// `(groups run, reads answered, reads waiting)`.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.groups.load(Ordering::Relaxed),
+            self.reads.load(Ordering::Relaxed),
+            self.state().waiting.len() as u64,
+        )
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State<K, V>> {
@@ -144,4 +152,101 @@ impl<K: Send + 'static, V: Send + 'static> ReadGroups<K, V> {
             Err(e) => every(e),
         }
     }
+}
+
+/// The kinds of reads run in groups, each its own queue with `ORBIT_READ_LANES`
+/// lanes: `GET /me` of a token this instance verified, and anonymous `GET` of one
+/// task or one contribution.
+pub struct Reads {
+    pub me: Arc<ReadGroups<(crate::auth::CacheKey, i64), crate::api::contributors::Me>>,
+    pub task: Arc<ReadGroups<i64, Option<crate::store::tasks::Task>>>,
+    pub contribution: Arc<ReadGroups<i64, Option<crate::store::contributions::Contribution>>>,
+}
+
+impl Reads {
+    pub fn new(lanes: usize, deadline: Duration, tokens: Arc<crate::auth::TokenCache>) -> Reads {
+        Reads {
+            me: Arc::new(ReadGroups::new(
+                lanes,
+                deadline,
+                crate::api::contributors::me_group(tokens),
+            )),
+            task: Arc::new(ReadGroups::new(
+                lanes,
+                deadline,
+                by_ids(crate::store::tasks::tasks_by_ids),
+            )),
+            contribution: Arc::new(ReadGroups::new(
+                lanes,
+                deadline,
+                by_ids(crate::store::contributions::contributions_by_ids),
+            )),
+        }
+    }
+
+    /// `(groups run, reads answered, reads waiting)` over every kind.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let each = [
+            self.me.counts(),
+            self.task.counts(),
+            self.contribution.counts(),
+        ];
+        each.iter()
+            .fold((0, 0, 0), |a, c| (a.0 + c.0, a.1 + c.1, a.2 + c.2))
+    }
+}
+
+/// A group load from a store function that reads rows by id (every answer found
+/// or not; a failed statement fails the group).
+fn by_ids<V: Send + 'static>(
+    load: fn(&mut PgConnection, &[i64]) -> diesel::QueryResult<Vec<V>>,
+) -> Box<Load<i64, V>> {
+    Box::new(move |conn, ids| Ok(load(conn, ids)?.into_iter().map(Ok).collect()))
+}
+
+/// A row of a group statement, with `g_i`: the 1-based position of the key it
+/// answers in the statement's array (`unnest(...) WITH ORDINALITY`).
+pub struct Numbered<R> {
+    pub i: i64,
+    pub row: R,
+}
+
+impl<R: QueryableByName<Pg>> QueryableByName<Pg> for Numbered<R> {
+    fn build<'a>(row: &impl NamedRow<'a, Pg>) -> deserialize::Result<Self> {
+        Ok(Numbered {
+            i: NamedRow::get::<BigInt, i64>(row, "g_i")?,
+            row: R::build(row)?,
+        })
+    }
+}
+
+/// The answers of `n` keys from rows of at most one per key: the row numbered `i`
+/// at index `i - 1`, `None` where no row answered.
+pub fn by_position<R, T: From<R>>(rows: Vec<Numbered<R>>, n: usize) -> Vec<Option<T>> {
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for r in rows {
+        if let Some(slot) = usize::try_from(r.i - 1).ok().and_then(|i| out.get_mut(i)) {
+            *slot = Some(T::from(r.row));
+        }
+    }
+    out
+}
+
+/// The opening of a group statement over the bound array `$1` of ids: each id as
+/// `q.id`, numbered `g_i`; the caller adds `CROSS JOIN LATERAL (<one row by q.id>
+/// OFFSET 0) x`. The array is read through a sub-select so that no plan knows its
+/// length: a plan made for the bound array of a few ids costs less than the generic
+/// plan (which guesses ten), so PostgreSQL would plan the statement again on every
+/// execution (~170 µs against ~13 µs for one id, measured). `OFFSET 0` keeps each
+/// id's subquery from being flattened into a join the planner may run another way.
+#[macro_export]
+macro_rules! group_over_ids {
+    ($one:expr) => {
+        concat!(
+            "SELECT q.i AS g_i, x.* FROM unnest((SELECT $1::bigint[])) WITH ORDINALITY AS q(id, i) \
+             CROSS JOIN LATERAL (",
+            $one,
+            " OFFSET 0) x"
+        )
+    };
 }

@@ -18,8 +18,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The lease-cycle writes of this instance, run in groups (`src/quick.rs`).
     pub quick: Arc<crate::quick::QuickQueue>,
-    /// `GET /me` reads of tokens this instance verified, run in groups
-    /// (`src/readgroup.rs`); `None` when `ORBIT_READ_LANES` is 0.
-    pub me_reads: Option<crate::api::contributors::MeReads>,
+    /// Single-row reads run in groups (`src/readgroup.rs`); `None` when
+    /// `ORBIT_READ_LANES` is 0.
+    pub reads: Option<Arc<crate::readgroup::Reads>>,
     pub list_cache: Arc<crate::listcache::ListCache>,
 }

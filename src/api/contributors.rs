@@ -186,17 +186,13 @@ pub struct MeData {
 )]
 #[get("/me")]
 pub async fn me(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
-    if let (Some(reads), Some(cached)) = (&state.me_reads, bearer.cached(&state.tokens)) {
-        return ok_json(&reads.read(&state.pool, cached).await?);
+    if let (Some(reads), Some(cached)) = (&state.reads, bearer.cached(&state.tokens)) {
+        return ok_json(&reads.me.read(&state.pool, cached).await?);
     }
     let tokens = state.tokens.clone();
     let me = db::read(&state.pool, move |conn| me_of(conn, &bearer, &tokens)).await?;
     ok_json(&me)
 }
-
-/// `GET /me` reads of tokens this instance verified (`Bearer::cached`), run in
-/// groups: the token's cache key and row id.
-pub type MeReads = std::sync::Arc<crate::readgroup::ReadGroups<(CacheKey, i64), Me>>;
 
 /// Reads a group of `GET /me` requests with one statement, then checks each token
 /// as the ordinary path does (revocation, `last_used_at`).

@@ -252,11 +252,30 @@ impl From<ContributionRow> for Contribution {
     }
 }
 
-const CONTRIBUTION_SELECT: &str = "SELECT c.id, c.orbit_id, c.kind, c.revision, \
-        c.title, c.body, c.artifact_ids, c.problem_id, c.task_id, \
-        c.supports, c.disputes, c.inconclusive, c.needs_work, c.created_at, c.updated_at, \
-        a.id AS a_id, a.type AS a_type, a.name AS a_name, a.model_claim AS a_model_claim \
-    FROM contributions c JOIN contributors a ON a.id = c.author_id";
+macro_rules! contribution_select {
+    () => {
+        "SELECT c.id, c.orbit_id, c.kind, c.revision, \
+            c.title, c.body, c.artifact_ids, c.problem_id, c.task_id, \
+            c.supports, c.disputes, c.inconclusive, c.needs_work, c.created_at, c.updated_at, \
+            a.id AS a_id, a.type AS a_type, a.name AS a_name, a.model_claim AS a_model_claim \
+        FROM contributions c JOIN contributors a ON a.id = c.author_id"
+    };
+}
+const CONTRIBUTION_SELECT: &str = contribution_select!();
+
+/// [`contribution`] for several ids in one statement (a group of reads,
+/// `src/readgroup.rs`): one answer per id, in order.
+pub fn contributions_by_ids(
+    conn: &mut PgConnection,
+    ids: &[i64],
+) -> QueryResult<Vec<Option<Contribution>>> {
+    let rows: Vec<crate::readgroup::Numbered<ContributionRow>> = crate::db::sql(
+        crate::group_over_ids!(concat!(contribution_select!(), " WHERE c.id = q.id")),
+    )
+    .bind::<Array<BigInt>, _>(ids)
+    .load(conn)?;
+    Ok(crate::readgroup::by_position(rows, ids.len()))
+}
 
 pub fn contribution(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Contribution>> {
     crate::db::sql(format!("{CONTRIBUTION_SELECT} WHERE c.id = $1"))

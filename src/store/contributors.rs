@@ -186,7 +186,7 @@ pub fn member_orbit_ids(conn: &mut PgConnection, contributor_id: i64) -> QueryRe
 pub type TokenWithMemberships = (TokenRow, Vec<MembershipSummary>);
 
 // One row per membership, each repeating the token's columns; a contributor without
-// memberships gets one row whose membership columns are null. `i` numbers the token
+// memberships gets one row whose membership columns are null. `g_i` numbers the token
 // asked for (1 for a single one). The memberships are put in orbit order in Rust
 // rather than by the query (a Sort node costs more to set up than the few rows cost
 // to sort).
@@ -210,7 +210,7 @@ macro_rules! me_joins {
 #[derive(QueryableByName)]
 struct MeRow {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
-    i: i64,
+    g_i: i64,
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     id: i64,
     #[diesel(sql_type = diesel::sql_types::Text)]
@@ -246,7 +246,7 @@ struct MeRow {
 fn assemble_mes(rows: Vec<MeRow>, n: usize) -> Vec<Option<TokenWithMemberships>> {
     let mut out: Vec<Option<TokenWithMemberships>> = (0..n).map(|_| None).collect();
     for r in rows {
-        let Some(slot) = usize::try_from(r.i - 1).ok().and_then(|i| out.get_mut(i)) else {
+        let Some(slot) = usize::try_from(r.g_i - 1).ok().and_then(|i| out.get_mut(i)) else {
             continue;
         };
         let (_, memberships) = slot.get_or_insert_with(|| {
@@ -288,7 +288,7 @@ pub fn token_with_memberships(
 ) -> QueryResult<Option<TokenWithMemberships>> {
     let rows: Vec<MeRow> = match key {
         TokenKey::Id(id) => crate::db::sql(concat!(
-            "SELECT 1::bigint AS i, ",
+            "SELECT 1::bigint AS g_i, ",
             me_columns!(),
             " FROM tokens t",
             me_joins!(),
@@ -297,7 +297,7 @@ pub fn token_with_memberships(
         .bind::<diesel::sql_types::BigInt, _>(id)
         .load(conn)?,
         TokenKey::Lookup(lookup) => crate::db::sql(concat!(
-            "SELECT 1::bigint AS i, ",
+            "SELECT 1::bigint AS g_i, ",
             me_columns!(),
             " FROM tokens t",
             me_joins!(),
@@ -316,21 +316,13 @@ pub fn tokens_with_memberships(
     conn: &mut PgConnection,
     ids: &[i64],
 ) -> QueryResult<Vec<Option<TokenWithMemberships>>> {
-    // Each id is read by the single token's plan, as a lateral subquery that
-    // `OFFSET 0` keeps from being flattened: flattened, the planner may join the
-    // memberships of every contributor to the ids instead of probing each one's.
-    // The array is read through a sub-select so that no plan knows its length:
-    // a plan made for the bound array costs less than the generic plan (which
-    // guesses ten ids), so PostgreSQL would plan the statement again on every
-    // execution (~170 µs against ~13 µs for one id, measured).
-    let rows: Vec<MeRow> = crate::db::sql(concat!(
-        "SELECT q.i, x.* FROM unnest((SELECT $1::bigint[])) WITH ORDINALITY AS q(token_id, i) \
-         CROSS JOIN LATERAL (SELECT ",
+    let rows: Vec<MeRow> = crate::db::sql(crate::group_over_ids!(concat!(
+        "SELECT ",
         me_columns!(),
         " FROM tokens t",
         me_joins!(),
-        " WHERE t.id = q.token_id OFFSET 0) x"
-    ))
+        " WHERE t.id = q.id"
+    )))
     .bind::<diesel::sql_types::Array<diesel::sql_types::BigInt>, _>(ids)
     .load(conn)?;
     Ok(assemble_mes(rows, ids.len()))

@@ -391,6 +391,17 @@ macro_rules! task_select {
 
 const TASK_SELECT: &str = task_select!("clock_timestamp()");
 
+/// [`task`] for several ids in one statement (a group of reads,
+/// `src/readgroup.rs`): one answer per id, in order.
+pub fn tasks_by_ids(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<Option<Task>>> {
+    let rows: Vec<crate::readgroup::Numbered<TaskRow>> = crate::db::sql(crate::group_over_ids!(
+        concat!(task_select!("clock_timestamp()"), " WHERE t.id = q.id")
+    ))
+    .bind::<Array<BigInt>, _>(ids)
+    .load(conn)?;
+    Ok(crate::readgroup::by_position(rows, ids.len()))
+}
+
 pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
     crate::db::sql(format!("{TASK_SELECT} WHERE t.id = $1"))
         .bind::<BigInt, _>(id)

@@ -24,6 +24,24 @@ async fn me(app: &TestApp, token: &str) -> Resp {
     app.get("/api/v1/me", Some(token)).await
 }
 
+/// Sends a GET in the background.
+fn spawn_get(app: &TestApp, path: &str, token: Option<&str>) -> tokio::task::JoinHandle<Resp> {
+    let mut request = app.client.get(app.url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    tokio::spawn(async move { Resp::from(request.send().await.expect("request")).await })
+}
+
+/// Sessions of the test's database waiting for a lock (other than the caller's).
+fn lock_waiters(monitor: &mut diesel::PgConnection) -> i64 {
+    sql_i64(
+        monitor,
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+    )
+}
+
 /// Polls until `done` holds (20 s at most).
 async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -77,21 +95,9 @@ async fn me_reads_that_queue_meanwhile_are_answered_by_one_group_each_as_alone()
         .batch_execute("BEGIN; LOCK TABLE memberships IN ACCESS EXCLUSIVE MODE")
         .expect("lock memberships");
     let mut monitor = app.db.conn();
-    let held = {
-        let client = app.client.clone();
-        let url = app.url("/api/v1/me");
-        let token = owner.token.clone();
-        tokio::spawn(async move {
-            let r = client.get(url).bearer_auth(token).send().await;
-            Resp::from(r.expect("request")).await
-        })
-    };
+    let held = spawn_get(&app, "/api/v1/me", Some(&owner.token));
     until("the first group waits for the lock", || {
-        let n = sql_i64(
-            &mut monitor,
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-        );
+        let n = lock_waiters(&mut monitor);
         async move { n == 1 }
     })
     .await;
@@ -100,15 +106,7 @@ async fn me_reads_that_queue_meanwhile_are_answered_by_one_group_each_as_alone()
     let queued: Vec<&Agent> = vec![&none, &one, &two, &one, &revoked, &owner];
     let sent: Vec<_> = queued
         .iter()
-        .map(|a| {
-            let client = app.client.clone();
-            let url = app.url("/api/v1/me");
-            let token = a.token.clone();
-            tokio::spawn(async move {
-                let r = client.get(url).bearer_auth(token).send().await;
-                Resp::from(r.expect("request")).await
-            })
-        })
+        .map(|a| spawn_get(&app, "/api/v1/me", Some(&a.token)))
         .collect();
     until("every read is queued", || async {
         group_counts(&app).await.2 == queued.len() as u64
@@ -205,4 +203,113 @@ async fn a_token_used_by_a_group_records_its_use_and_a_deleted_token_is_refused(
     assert_eq!(group_counts(&app).await.1, before.1 + 1);
     me(&app, &a.token).await.assert_error(401, "unauthorized");
     assert_eq!(group_counts(&app).await.1, before.1 + 1);
+}
+
+#[tokio::test]
+async fn anonymous_task_and_contribution_reads_that_queue_share_one_group_per_kind() {
+    let app = TestApp::spawn_with(|c| {
+        c.read_lanes = 1;
+        c.db_timeout_ms = 20_000;
+    })
+    .await;
+    let alone = app.another_instance_with(|c| c.read_lanes = 0);
+    let c = crate::work::crew(&app, "rg-work", 1).await;
+    let worker = &c.members[0];
+    let leased = crate::work::task(&app, &c.owner, c.orbit, "leased \"q\" 🚀").await;
+    let free = crate::work::task(&app, &c.owner, c.orbit, "free").await;
+    crate::work::lease(&app, worker, leased, 900).await;
+    let mut contributions = Vec::new();
+    for title in ["a note", "another"] {
+        let r = app
+            .post_keyed(
+                &format!("/api/v1/orbits/{}/contributions", c.orbit),
+                &worker.token,
+                serde_json::json!({"kind": "NOTE", "title": title, "body": "text"}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        contributions.push(r.json["data"]["id"].as_i64().expect("id"));
+    }
+    let missing = 9_999_999;
+
+    let before = group_counts(&app).await;
+    // Every kind joins contributors: one lock holds a group of each.
+    let mut locker = app.db.conn();
+    locker
+        .batch_execute("BEGIN; LOCK TABLE contributors IN ACCESS EXCLUSIVE MODE")
+        .expect("lock contributors");
+    let mut monitor = app.db.conn();
+    let held = [
+        format!("/api/v1/tasks/{leased}"),
+        format!("/api/v1/contributions/{}", contributions[0]),
+    ];
+    let held_sent: Vec<_> = held.iter().map(|p| spawn_get(&app, p, None)).collect();
+    until("a group of each kind waits for the lock", || {
+        let n = lock_waiters(&mut monitor);
+        async move { n == 2 }
+    })
+    .await;
+    let queued = [
+        format!("/api/v1/tasks/{free}"),
+        format!("/api/v1/tasks/{leased}"),
+        format!("/api/v1/tasks/{missing}"),
+        format!("/api/v1/tasks/{free}"),
+        format!("/api/v1/contributions/{}", contributions[1]),
+        format!("/api/v1/contributions/{missing}"),
+        format!("/api/v1/contributions/{}", contributions[0]),
+    ];
+    let sent: Vec<_> = queued.iter().map(|p| spawn_get(&app, p, None)).collect();
+    until("every read is queued", || async {
+        group_counts(&app).await.2 == queued.len() as u64
+    })
+    .await;
+    locker.batch_execute("COMMIT").expect("release the lock");
+
+    let mut answers = Vec::new();
+    for s in held_sent.into_iter().chain(sent) {
+        answers.push(s.await.expect("read"));
+    }
+    // Four groups: the two that waited, and one more of each kind.
+    let after = group_counts(&app).await;
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2),
+        (4, (held.len() + queued.len()) as u64, 0)
+    );
+    // Each answer is the ordinary path's, byte for byte: found, leased or not, or 404.
+    for (path, got) in held.iter().chain(&queued).zip(&answers) {
+        let expected = alone.get(path, None).await;
+        assert_eq!(
+            (got.status, &got.text),
+            (expected.status, &expected.text),
+            "{path}"
+        );
+    }
+    assert_eq!(answers[0].json["data"]["id"], leased);
+    assert_eq!(
+        answers[0].json["data"]["active_lease"]["contributor"]["id"],
+        worker.id
+    );
+    assert_eq!(answers[2].json["data"]["id"], free);
+    assert_eq!(
+        answers[2].json["data"]["active_lease"],
+        serde_json::Value::Null
+    );
+    answers[4].assert_error(404, "not_found");
+    assert_eq!(answers[6].json["data"]["title"], "another");
+    answers[7].assert_error(404, "not_found");
+
+    // A read with a token checks the token on the ordinary path: no group.
+    let before = group_counts(&app).await;
+    let r = app
+        .get(&format!("/api/v1/tasks/{free}"), Some(&worker.token))
+        .await;
+    assert_eq!(r.json["data"], answers[2].json["data"]);
+    let r = app
+        .get(
+            &format!("/api/v1/tasks/{free}"),
+            Some("oca_not_a_real_token"),
+        )
+        .await;
+    r.assert_error(401, "unauthorized");
+    assert_eq!(group_counts(&app).await.1, before.1);
 }
