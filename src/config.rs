@@ -45,11 +45,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,
 
-    /// Groups of `GET /me` reads this instance runs at once (docs/ARCHITECTURE.md,
-    /// "Read groups"): the reads that arrive while they run share the next group's
+    /// Groups of single-row reads (`GET /me`, anonymous task and contribution
+    /// reads) this instance runs at once per kind (docs/ARCHITECTURE.md, "Read
+    /// groups"): the reads that arrive while they run share the next group's
     /// statement. 0 reads each request alone.
     #[arg(long, env = "ORBIT_READ_LANES", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(0..=64))]
+          value_parser = clap::value_parser!(u32).range(0..=8))]
     pub read_lanes: u32,
 
     /// HTTP worker threads (default: the number of cores).

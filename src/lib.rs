@@ -51,6 +51,7 @@ pub struct Running {
 
 /// Builds the shared state for a database URL.
 pub fn build_state(config: &Config, database_url: &str) -> AppState {
+    let database_url = &db::with_keepalives(database_url);
     let pool = db::build_pool(
         database_url,
         config.db_pool_size,
@@ -59,6 +60,15 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     let metrics = Arc::new(metrics::Metrics::default());
     let hub = ChangeHub::default();
     let tokens = Arc::new(auth::TokenCache::default());
+    // A read waits at most as long as a quick write for its group.
+    let reads = (config.read_lanes > 0).then(|| {
+        Arc::new(readgroup::Reads::new(
+            config.read_lanes as usize,
+            Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
+            &pool,
+            tokens.clone(),
+        ))
+    });
     hub.start_listener(database_url.to_owned());
     hub.start_notifier(database_url.to_owned());
     AppState {
@@ -75,13 +85,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
             metrics.clone(),
         )),
-        reads: (config.read_lanes > 0).then(|| {
-            Arc::new(readgroup::Reads::new(
-                config.read_lanes as usize,
-                Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
-                tokens.clone(),
-            ))
-        }),
+        reads,
         list_cache: Arc::new(listcache::ListCache::new(
             usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),
         )),

@@ -281,7 +281,7 @@ pub async fn get_contribution(
     let id = path.into_inner();
     let c = match &state.reads {
         // Anonymous: no token to check, so the read can share a group's statement.
-        Some(reads) if !bearer.is_present() => reads.contribution.read(&state.pool, id).await?,
+        Some(reads) if !bearer.is_present() => reads.contribution.read(id).await?,
         _ => {
             public_read(&state, bearer, move |conn| {
                 Ok(store::contribution(conn, id)?)

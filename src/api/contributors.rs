@@ -187,7 +187,7 @@ pub struct MeData {
 #[get("/me")]
 pub async fn me(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
     if let (Some(reads), Some(cached)) = (&state.reads, bearer.cached(&state.tokens)) {
-        return ok_json(&reads.me.read(&state.pool, cached).await?);
+        return ok_json(&reads.me.read(cached).await?);
     }
     let tokens = state.tokens.clone();
     let me = db::read(&state.pool, move |conn| me_of(conn, &bearer, &tokens)).await?;

@@ -206,7 +206,7 @@ pub async fn get_task(
     let id = path.into_inner();
     let task = match &state.reads {
         // Anonymous: no token to check, so the read can share a group's statement.
-        Some(reads) if !bearer.is_present() => reads.task.read(&state.pool, id).await?,
+        Some(reads) if !bearer.is_present() => reads.task.read(id).await?,
         _ => public_read(&state, bearer, move |conn| Ok(store::task(conn, id)?)).await?,
     };
     ok_json(&task.ok_or_else(|| ApiError::not_found("Task"))?)

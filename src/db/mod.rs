@@ -65,6 +65,36 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings 
     }
 }
 
+/// TCP keepalive settings every connection of the service asks libpq for, unless the
+/// URL sets its own: a connection whose server vanished without closing it (a
+/// half-open connection after a network partition or a host crash) fails within
+/// about 25 s of silence, or 30 s of unacknowledged data, instead of blocking its
+/// thread until the kernel's defaults notice (two hours). libpq ignores them on
+/// Unix sockets (the private cluster).
+const KEEPALIVES: [(&str, &str); 5] = [
+    ("keepalives", "1"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_count", "3"),
+    ("tcp_user_timeout", "30000"),
+];
+
+/// `url` with [`KEEPALIVES`] added, in its own syntax (a URI or `key=value` pairs);
+/// unchanged when it already names any of them.
+pub fn with_keepalives(url: &str) -> String {
+    if KEEPALIVES.iter().any(|(k, _)| url.contains(k)) {
+        return url.to_owned();
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let pairs: Vec<String> = KEEPALIVES.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}{}", pairs.join("&"))
+    } else {
+        let pairs: Vec<String> = KEEPALIVES.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{url} {}", pairs.join(" "))
+    }
+}
+
 /// Builds the pool. Connections are made lazily so the service starts (and answers
 /// 503) while the database is away.
 pub fn build_pool(url: &str, size: u32, timeout: Duration) -> PgPool {
@@ -331,4 +361,29 @@ where
         tracing::error!(error = %e, "blocking task failed");
         ApiError::internal()
     })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_keepalives;
+
+    #[test]
+    fn keepalives_are_added_in_the_url_own_syntax_unless_it_sets_them() {
+        let k = "keepalives=1&keepalives_idle=10&keepalives_interval=5&keepalives_count=3\
+                 &tcp_user_timeout=30000";
+        assert_eq!(
+            with_keepalives("postgres://u@db:5432/app"),
+            format!("postgres://u@db:5432/app?{k}")
+        );
+        assert_eq!(
+            with_keepalives("postgresql://u@/app?host=/run/pg&port=5432"),
+            format!("postgresql://u@/app?host=/run/pg&port=5432&{k}")
+        );
+        assert_eq!(
+            with_keepalives("host=db dbname=app"),
+            format!("host=db dbname=app {}", k.replace('&', " "))
+        );
+        let own = "postgres://u@db/app?keepalives_idle=60";
+        assert_eq!(with_keepalives(own), own);
+    }
 }

@@ -53,10 +53,11 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl
 
 #[tokio::test]
 async fn me_reads_that_queue_meanwhile_are_answered_by_one_group_each_as_alone() {
-    // One lane (the default), and a lock wait longer than the test holds its lock.
+    // One lane (the default), and a lock wait (half the timeout) longer than the
+    // test may hold its lock (its polls give up after 20 s).
     let app = TestApp::spawn_with(|c| {
         c.read_lanes = 1;
-        c.db_timeout_ms = 20_000;
+        c.db_timeout_ms = 60_000;
     })
     .await;
     // The same database read by an instance that answers each request alone.
@@ -209,7 +210,7 @@ async fn a_token_used_by_a_group_records_its_use_and_a_deleted_token_is_refused(
 async fn anonymous_task_and_contribution_reads_that_queue_share_one_group_per_kind() {
     let app = TestApp::spawn_with(|c| {
         c.read_lanes = 1;
-        c.db_timeout_ms = 20_000;
+        c.db_timeout_ms = 60_000;
     })
     .await;
     let alone = app.another_instance_with(|c| c.read_lanes = 0);
@@ -304,11 +305,12 @@ async fn anonymous_task_and_contribution_reads_that_queue_share_one_group_per_ki
         .get(&format!("/api/v1/tasks/{free}"), Some(&worker.token))
         .await;
     assert_eq!(r.json["data"], answers[2].json["data"]);
+    // A well-formed token with a wrong secret: refused, even on a public read.
+    let mut wrong = worker.token.clone();
+    let last = wrong.pop().expect("a token");
+    wrong.push(if last == 'A' { 'B' } else { 'A' });
     let r = app
-        .get(
-            &format!("/api/v1/tasks/{free}"),
-            Some("oca_not_a_real_token"),
-        )
+        .get(&format!("/api/v1/tasks/{free}"), Some(&wrong))
         .await;
     r.assert_error(401, "unauthorized");
     assert_eq!(group_counts(&app).await.1, before.1);
