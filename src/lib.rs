@@ -60,11 +60,14 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     let metrics = Arc::new(metrics::Metrics::default());
     let hub = ChangeHub::default();
     let tokens = Arc::new(auth::TokenCache::default());
-    // A read waits at most as long as a quick write for its group.
+    // How long a quick write or a grouped read waits for its group's answer: a
+    // group's statement runs for at most the statement timeout after a checkout
+    // that waits at most as long; a request may queue behind a group or two.
+    let group_deadline = Duration::from_millis(config.db_timeout_ms.saturating_mul(4));
     let reads = (config.read_lanes > 0).then(|| {
         Arc::new(readgroup::Reads::new(
             config.read_lanes as usize,
-            Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
+            group_deadline,
             &pool,
             tokens.clone(),
         ))
@@ -74,15 +77,12 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     AppState {
         pool,
         config: Arc::new(config.clone()),
-        tokens: tokens.clone(),
+        tokens,
         hub,
         limits: Arc::new(ratelimit::Limits::new(config)),
-        // A group's statement runs for at most the statement timeout after a
-        // checkout that waits at most as long; a write may queue behind a group or
-        // two of its orbit.
         quick: Arc::new(quick::QuickQueue::new(
             config.write_lanes as usize,
-            Duration::from_millis(config.db_timeout_ms.saturating_mul(4)),
+            group_deadline,
             metrics.clone(),
         )),
         reads,

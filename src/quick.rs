@@ -243,17 +243,7 @@ impl QuickQueue {
         // hold the writes queued behind it forever: past the deadline the write is
         // answered 503, as a lost connection is (it may still commit; a retry with
         // its key replays it or runs it once).
-        match tokio::time::timeout(self.deadline, answer).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => {
-                tracing::error!("a quick write's group ended without an answer");
-                Err(ApiError::internal())
-            }
-            Err(_) => {
-                tracing::warn!("a quick write waited past its deadline for its group");
-                Err(ApiError::unavailable())
-            }
-        }
+        crate::readgroup::group_answer(self.deadline, answer, "quick write").await
     }
 
     /// A lane of `route`'s queue: runs its groups until nothing waits.

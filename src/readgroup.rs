@@ -127,17 +127,7 @@ impl<K: Send + 'static, V: Send + 'static> ReadGroups<K, V> {
             let groups = self.clone();
             actix_web::rt::task::spawn_blocking(move || groups.lane(id));
         }
-        match tokio::time::timeout(self.deadline, answer).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => {
-                tracing::error!("a grouped read ended without an answer");
-                Err(ApiError::internal())
-            }
-            Err(_) => {
-                tracing::warn!("a grouped read waited past its deadline for its group");
-                Err(ApiError::unavailable())
-            }
-        }
+        group_answer(self.deadline, answer, "grouped read").await
     }
 
     /// Lane `id`: runs groups until nothing waits, or until it no longer counts.
@@ -189,6 +179,27 @@ impl<K: Send + 'static, V: Send + 'static> ReadGroups<K, V> {
                 every(ApiError::internal())
             }
             Err(e) => every(e),
+        }
+    }
+}
+
+/// Waits for the answer a lane sends for one request of its group (a read here, a
+/// quick write in `src/quick.rs`): 503 past `deadline` (the lane may be stuck on a
+/// hung connection), 500 if the lane dropped the request (it panicked).
+pub async fn group_answer<T>(
+    deadline: Duration,
+    answer: oneshot::Receiver<ApiResult<T>>,
+    what: &str,
+) -> ApiResult<T> {
+    match tokio::time::timeout(deadline, answer).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => {
+            tracing::error!("a {what}'s group ended without an answer");
+            Err(ApiError::internal())
+        }
+        Err(_) => {
+            tracing::warn!("a {what} waited past its deadline for its group");
+            Err(ApiError::unavailable())
         }
     }
 }
@@ -279,9 +290,9 @@ pub fn by_position<R, T: From<R>>(rows: Vec<Numbered<R>>, n: usize) -> Vec<Optio
     out
 }
 
-/// The opening of a group statement over the bound array `$1` of ids: each id as
-/// `q.id`, numbered `g_i`; the caller adds `CROSS JOIN LATERAL (<one row by q.id>
-/// OFFSET 0) x`. The array is read through a sub-select so that no plan knows its
+/// A group statement over the bound array `$1` of ids from `$one`, the query of one
+/// row by `q.id` (a string literal): each id's row, its columns as `$one` names them
+/// plus `g_i`, the id's 1-based position in the array. The array is read through a sub-select so that no plan knows its
 /// length: a plan made for the bound array of a few ids costs less than the generic
 /// plan (which guesses ten), so PostgreSQL would plan the statement again on every
 /// execution (~170 µs against ~13 µs for one id, measured). `OFFSET 0` keeps each
