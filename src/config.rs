@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+/// The list cache's default budget (`ORBIT_LIST_CACHE_BYTES`), in bytes.
+pub const LIST_CACHE_DEFAULT_BYTES: u64 = 8 * 1024 * 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Pretty,
@@ -98,7 +101,7 @@ pub struct Config {
     /// Bytes of public list pages kept in memory for repeated reads (0: off). Each
     /// cached page is answered again only after one statement shows the orbit's
     /// revision unchanged and no lease of the orbit expired since.
-    #[arg(long, env = "ORBIT_LIST_CACHE_BYTES", default_value_t = crate::listcache::DEFAULT_BYTES,
+    #[arg(long, env = "ORBIT_LIST_CACHE_BYTES", default_value_t = LIST_CACHE_DEFAULT_BYTES,
           value_parser = clap::value_parser!(u64).range(0..=1_073_741_824))]
     pub list_cache_bytes: u64,
 
@@ -133,7 +136,7 @@ impl Config {
             trusted_proxies: Vec::new(),
             idempotency_retention_hours: 24,
             client_timeout_seconds: 10,
-            list_cache_bytes: crate::listcache::DEFAULT_BYTES,
+            list_cache_bytes: LIST_CACHE_DEFAULT_BYTES,
             test_short_durations: false,
         }
     }

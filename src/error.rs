@@ -270,14 +270,14 @@ impl From<diesel::result::Error> for ApiError {
                 _,
             ) => {
                 tracing::warn!(error = %err, "database connection lost");
-                crate::db::note_lost_connection();
+                note_lost_connection();
                 ApiError::unavailable()
             }
             Error::DatabaseError(DatabaseErrorKind::Unknown, info)
-                if crate::db::is_unavailable_message(info.message()) =>
+                if is_unavailable_message(info.message()) =>
             {
                 tracing::warn!(error = %err, "database unavailable");
-                crate::db::note_lost_connection();
+                note_lost_connection();
                 ApiError::unavailable()
             }
             // PostgreSQL `text` cannot hold U+0000: a NUL in any string the client sent
@@ -299,4 +299,43 @@ impl From<diesel::result::Error> for ApiError {
             }
         }
     }
+}
+
+/// Messages libpq and the server use when the database cannot serve us.
+pub fn is_unavailable_message(message: &str) -> bool {
+    const NEEDLES: &[&str] = &[
+        "server closed the connection",
+        "terminating connection",
+        "connection to server",
+        "could not connect",
+        "no connection to the server",
+        "the database system is",
+        "canceling statement due to statement timeout",
+        "canceling statement due to lock timeout",
+        "SSL connection has been closed",
+        "Connection refused",
+    ];
+    NEEDLES.iter().any(|n| message.contains(n))
+}
+
+/// Milliseconds since the Unix epoch of the last lost database connection.
+static LOST_AT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// How long after a lost connection checkouts are tested.
+const SUSPICION_MS: u64 = 60_000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Records that a connection to the database was lost.
+pub fn note_lost_connection() {
+    LOST_AT_MS.store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn recently_lost() -> bool {
+    let at = LOST_AT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    at != 0 && now_ms().saturating_sub(at) < SUSPICION_MS
 }

@@ -6,26 +6,15 @@
 
 pub use actix_web;
 
-pub mod api;
-pub mod auth;
 pub mod config;
 pub mod db;
+pub mod domain;
 pub mod error;
-pub mod feed;
-pub mod fence;
-pub mod idempotency;
-pub mod json;
-pub mod listcache;
-pub mod mcp;
+pub mod http;
 pub mod metrics;
-pub mod quick;
-pub mod ratelimit;
-pub mod readgroup;
-pub mod revision;
-pub mod routes;
-pub mod state;
+pub mod model;
+pub mod perf;
 pub mod store;
-pub mod telemetry;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -38,8 +27,11 @@ use utoipa_actix_web::AppExt;
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::config::Config;
-use crate::feed::ChangeHub;
-use crate::state::AppState;
+use crate::domain::feed::ChangeHub;
+use crate::domain::{auth, idempotency, Core};
+use crate::http::state::AppState;
+use crate::http::{mcp, ratelimit, routes, telemetry};
+use crate::perf::{listcache, quick};
 
 /// A running instance: its address, its server future, and how to stop it.
 pub struct Running {
@@ -65,7 +57,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     // that waits at most as long; a request may queue behind a group or two.
     let group_deadline = Duration::from_millis(config.db_timeout_ms.saturating_mul(4));
     let reads = (config.read_lanes > 0).then(|| {
-        Arc::new(readgroup::Reads::new(
+        Arc::new(crate::domain::reads::Reads::new(
             config.read_lanes as usize,
             group_deadline,
             &pool,
@@ -74,12 +66,11 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     });
     hub.start_listener(database_url.to_owned());
     hub.start_notifier(database_url.to_owned());
-    AppState {
+    let core = Core {
         pool,
         config: Arc::new(config.clone()),
         tokens,
         hub,
-        limits: Arc::new(ratelimit::Limits::new(config)),
         quick: Arc::new(quick::QuickQueue::new(
             config.write_lanes as usize,
             group_deadline,
@@ -90,6 +81,10 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),
         )),
         metrics,
+    };
+    AppState {
+        core,
+        limits: Arc::new(crate::http::limits::Limits::new(config)),
     }
 }
 

@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use orbit_commons::config::Config;
+use orbit_commons::db;
 use orbit_commons::db::embedded::Cluster;
-use orbit_commons::{db, routes, telemetry};
+use orbit_commons::http::{routes, telemetry};
 
 #[derive(Parser)]
 #[command(

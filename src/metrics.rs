@@ -1,4 +1,5 @@
-//! Prometheus metrics at `/metrics`, kept by hand in memory (per instance).
+//! The counters and histogram of this instance, kept by hand in memory, and their
+//! Prometheus text (served at `/metrics` by `http::api::system`).
 //!
 //! Labels are route templates, methods, statuses and error codes only: never a
 //! token, a hash or a path with ids in it.
@@ -7,10 +8,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-use actix_web::{get, HttpResponse};
-
-use crate::api::State;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const BUCKETS: [f64; 12] = [
@@ -37,6 +34,23 @@ pub struct Metrics {
     /// Groups of quick writes run (each one statement and one commit).
     pub quick_groups: AtomicU64,
     pub rate_limited: [AtomicU64; 3],
+}
+
+/// What `/metrics` shows of the other parts of the instance, read when it is asked.
+pub struct Gauges {
+    pub pool_in_use: u32,
+    pub pool_idle: u32,
+    pub pool_waiting: u64,
+    pub pool_max: u32,
+    pub quick_waiting: usize,
+    /// `(groups run, reads answered, reads waiting)` of the read groups.
+    pub read_groups: (u64, u64, u64),
+    pub token_cache_hits: u64,
+    pub token_cache_misses: u64,
+    pub list_cache_hits: u64,
+    pub list_cache_misses: u64,
+    /// `(bytes, entries)` of the list cache.
+    pub list_cache_usage: (usize, usize),
 }
 
 /// Which limiter refused a request (index into `rate_limited`).
@@ -81,7 +95,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, state: &crate::state::AppState) -> String {
+    pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -140,7 +154,6 @@ impl Metrics {
         for (code, n) in self.errors.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(out, "orbit_errors_total{{code=\"{}\"}} {n}", escape(code));
         }
-        let pool = state.pool.state();
         let _ = writeln!(
             out,
             "# HELP orbit_db_pool_connections Database pool connections by state."
@@ -149,34 +162,30 @@ impl Metrics {
         let _ = writeln!(
             out,
             "orbit_db_pool_connections{{state=\"in_use\"}} {}",
-            pool.connections.saturating_sub(pool.idle_connections)
+            g.pool_in_use
         );
         let _ = writeln!(
             out,
             "orbit_db_pool_connections{{state=\"idle\"}} {}",
-            pool.idle_connections
+            g.pool_idle
         );
         let _ = writeln!(
             out,
             "orbit_db_pool_connections{{state=\"waiting\"}} {}",
-            crate::db::POOL_WAITING.load(Ordering::Relaxed)
+            g.pool_waiting
         );
         let _ = writeln!(
             out,
             "# HELP orbit_db_pool_max_connections Configured pool size."
         );
         let _ = writeln!(out, "# TYPE orbit_db_pool_max_connections gauge");
-        let _ = writeln!(
-            out,
-            "orbit_db_pool_max_connections {}",
-            state.pool.max_size()
-        );
+        let _ = writeln!(out, "orbit_db_pool_max_connections {}", g.pool_max);
         let _ = writeln!(
             out,
             "# HELP orbit_quick_writes_waiting Lease-cycle writes queued for their next group."
         );
         let _ = writeln!(out, "# TYPE orbit_quick_writes_waiting gauge");
-        let _ = writeln!(out, "orbit_quick_writes_waiting {}", state.quick.waiting());
+        let _ = writeln!(out, "orbit_quick_writes_waiting {}", g.quick_waiting);
         counter(
             &mut out,
             "orbit_lease_conflicts_total",
@@ -214,7 +223,7 @@ impl Metrics {
             "Groups of lease-cycle writes run, each one statement and one commit.",
             self.quick_groups.load(Ordering::Relaxed),
         );
-        let (groups, reads, waiting) = state.reads.as_ref().map_or((0, 0, 0), |r| r.counts());
+        let (groups, reads, waiting) = g.read_groups;
         let _ = writeln!(
             out,
             "# HELP orbit_grouped_reads_waiting Single-row reads queued for their next group."
@@ -249,27 +258,27 @@ impl Metrics {
             &mut out,
             "orbit_token_cache_hits_total",
             "Token verifications answered by the in-memory cache (no argon2).",
-            state.tokens.hits.load(Ordering::Relaxed),
+            g.token_cache_hits,
         );
         counter(
             &mut out,
             "orbit_token_cache_misses_total",
             "Token verifications that ran argon2.",
-            state.tokens.misses.load(Ordering::Relaxed),
+            g.token_cache_misses,
         );
         counter(
             &mut out,
             "orbit_list_cache_hits_total",
             "Public list pages answered from the list cache after one statement showed them current.",
-            state.list_cache.hits.load(Ordering::Relaxed),
+            g.list_cache_hits,
         );
         counter(
             &mut out,
             "orbit_list_cache_misses_total",
             "Public list pages read from the database (not cached, or no longer current).",
-            state.list_cache.misses.load(Ordering::Relaxed),
+            g.list_cache_misses,
         );
-        let (bytes, entries) = state.list_cache.usage();
+        let (bytes, entries) = g.list_cache_usage;
         gauge(
             &mut out,
             "orbit_list_cache_bytes",
@@ -305,16 +314,4 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
-}
-
-/// Prometheus metrics of this instance (text format 0.0.4).
-#[utoipa::path(
-    tag = "System",
-    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain"))
-)]
-#[get("/metrics")]
-pub async fn metrics(state: State) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render(&state))
 }

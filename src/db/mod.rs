@@ -2,6 +2,7 @@
 //! and the private cluster used when no `DATABASE_URL` is configured.
 
 pub mod embedded;
+pub mod grouped;
 pub mod sql;
 pub use sql::{sql, BindNext};
 pub mod schema;
@@ -59,7 +60,7 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings 
             self.statement_timeout_ms,
             (self.statement_timeout_ms / 2).max(100),
             self.statement_timeout_ms * 2,
-            crate::revision::APPLY_PREPARE
+            APPLY_PREPARE
         ))
         .map_err(diesel::r2d2::Error::QueryError)
     }
@@ -133,23 +134,6 @@ pub fn is_migrated(conn: &mut PgConnection) -> Result<bool, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Messages libpq and the server use when the database cannot serve us.
-pub fn is_unavailable_message(message: &str) -> bool {
-    const NEEDLES: &[&str] = &[
-        "server closed the connection",
-        "terminating connection",
-        "connection to server",
-        "could not connect",
-        "no connection to the server",
-        "the database system is",
-        "canceling statement due to statement timeout",
-        "canceling statement due to lock timeout",
-        "SSL connection has been closed",
-        "Connection refused",
-    ];
-    NEEDLES.iter().any(|n| message.contains(n))
-}
-
 fn is_retryable(err: &DieselError) -> bool {
     match err {
         DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
@@ -164,8 +148,6 @@ fn is_retryable(err: &DieselError) -> bool {
 pub enum TxError {
     Api(ApiError),
     Db(DieselError),
-    /// An idempotent write that already completed: its stored response is replayed.
-    Replay(crate::idempotency::Stored),
 }
 
 impl From<DieselError> for TxError {
@@ -187,10 +169,6 @@ impl From<TxError> for ApiError {
         match e {
             TxError::Api(e) => e,
             TxError::Db(e) => e.into(),
-            TxError::Replay(_) => {
-                tracing::error!("a replay escaped the idempotent write path");
-                ApiError::internal()
-            }
         }
     }
 }
@@ -204,7 +182,7 @@ pub fn checkout(pool: &PgPool) -> ApiResult<PgConn> {
     // After a lost connection (a database restart, say), the pool may still hold
     // connections to the old server. For a while, each checkout is tested and a dead
     // one is dropped, so requests after the outage do not fail one by one on them.
-    let suspicious = recently_lost();
+    let suspicious = crate::error::recently_lost();
     for _ in 0..=pool.max_size() {
         POOL_WAITING.fetch_add(1, Ordering::Relaxed);
         let conn = pool.get();
@@ -220,28 +198,6 @@ pub fn checkout(pool: &PgPool) -> ApiResult<PgConn> {
         tracing::debug!("dropping a pooled connection to a server that went away");
     }
     Err(ApiError::unavailable())
-}
-
-/// Milliseconds since the Unix epoch of the last lost database connection.
-static LOST_AT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// How long after a lost connection checkouts are tested.
-const SUSPICION_MS: u64 = 60_000;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Records that a connection to the database was lost.
-pub fn note_lost_connection() {
-    LOST_AT_MS.store(now_ms(), std::sync::atomic::Ordering::Relaxed);
-}
-
-fn recently_lost() -> bool {
-    let at = LOST_AT_MS.load(std::sync::atomic::Ordering::Relaxed);
-    at != 0 && now_ms().saturating_sub(at) < SUSPICION_MS
 }
 
 /// Runs one unit of work as one transaction on one pooled connection, inside one
@@ -327,7 +283,7 @@ where
                 let _ = Tm::rollback_transaction(conn);
                 return Err(e.into());
             }
-            let revision = crate::revision::applied(conn)?;
+            let revision = applied(conn)?;
             Ok((value, Some(revision)))
         }
         Ok(Ok((value, None))) => {
@@ -361,6 +317,33 @@ where
         tracing::error!(error = %e, "blocking task failed");
         ApiError::internal()
     })?
+}
+
+#[derive(diesel::QueryableByName)]
+struct Revision {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    revision: i64,
+}
+
+/// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:
+/// calls `apply_change` (migration 6; the quick writes of `perf::quick` call it
+/// too), which advances the orbit's revision by one, appends the change row and,
+/// when the write holds a key, stores its response with the revision filled in.
+/// The new revision is left in the session setting `orbit.revision`, which outlives
+/// the commit, because the statement is sent together with COMMIT (`revision::closing`) and
+/// its rows are not read.
+pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
+        (bigint, text, text, bigint, bigint, bigint, text, bigint, int2, bytea) AS \
+     SELECT set_config('orbit.revision', \
+                       apply_change($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text, false)";
+
+/// Reads the revision the last committed `orbit_apply` of this connection took.
+pub fn applied(conn: &mut PgConnection) -> diesel::QueryResult<i64> {
+    use diesel::RunQueryDsl;
+    let row: Revision =
+        crate::db::sql("SELECT current_setting('orbit.revision')::bigint AS revision")
+            .get_result(conn)?;
+    Ok(row.revision)
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use diesel::sql_types::{BigInt, Bytea, Nullable, Text, Timestamptz};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ContributorActor};
 use crate::db::BindNext;
+use crate::model::{ts, ContributorActor};
 
 /// A stored file's metadata. The bytes are at `GET /api/v1/artifacts/{id}/content`.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -14,9 +14,9 @@ use diesel::sql_types::{Array, BigInt, Nullable, Text, Timestamptz};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ContributorActor};
 use crate::db::BindNext;
-use crate::listcache::{split, Stamp, Stamped};
+use crate::model::{ts, ContributorActor};
+use crate::store::stamp::{split, Stamp, Stamped};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -269,12 +269,12 @@ pub fn contributions_by_ids(
     conn: &mut PgConnection,
     ids: &[i64],
 ) -> QueryResult<Vec<Option<Contribution>>> {
-    let rows: Vec<crate::readgroup::Numbered<ContributionRow>> = crate::db::sql(
+    let rows: Vec<crate::db::grouped::Numbered<ContributionRow>> = crate::db::sql(
         crate::group_over_ids!(concat!(contribution_select!(), " WHERE c.id = q.id")),
     )
     .bind::<Array<BigInt>, _>(ids)
     .load(conn)?;
-    Ok(crate::readgroup::by_position(rows, ids.len()))
+    Ok(crate::db::grouped::by_position(rows, ids.len()))
 }
 
 pub fn contribution(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Contribution>> {

@@ -5,11 +5,10 @@ use diesel::prelude::*;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ts_opt, ContributorActor};
-use crate::auth::token::{self, TokenKind};
-use crate::auth::{TokenKey, TokenRow};
 use crate::db::schema::{contributors, memberships, tokens};
 use crate::db::BindNext;
+use crate::model::{ts, ts_opt, ContributorActor};
+use crate::model::{NewToken, TokenKind};
 
 pub type ActorColumns = (
     contributors::id,
@@ -54,7 +53,7 @@ pub fn register(
     name: &str,
     model_claim: Option<&str>,
     token_kind: TokenKind,
-    minted: token::NewToken,
+    minted: NewToken,
 ) -> QueryResult<(ContributorActor, String, i64)> {
     let row: ActorTuple = diesel::insert_into(contributors::table)
         .values((
@@ -72,7 +71,7 @@ pub fn insert_token(
     conn: &mut PgConnection,
     contributor_id: i64,
     kind: TokenKind,
-    minted: &token::NewToken,
+    minted: &NewToken,
 ) -> QueryResult<i64> {
     diesel::insert_into(tokens::table)
         .values((
@@ -165,7 +164,7 @@ pub struct MembershipSummary {
     pub orbit_id: i64,
     pub orbit_slug: String,
     pub orbit_name: String,
-    #[schema(value_type = crate::store::orbits::Role)]
+    #[schema(value_type = crate::model::Role)]
     pub role: String,
     #[serde(with = "ts")]
     #[schema(value_type = String, format = DateTime)]
@@ -326,4 +325,24 @@ pub fn tokens_with_memberships(
     .bind::<diesel::sql_types::Array<diesel::sql_types::BigInt>, _>(ids)
     .load(conn)?;
     Ok(assemble_mes(rows, ids.len()))
+}
+
+/// The columns every authenticating query reads: the token, the database clock and
+/// the token's contributor as `(id, kind, name, model_claim)`.
+#[derive(Queryable)]
+pub struct TokenRow {
+    pub id: i64,
+    pub secret_hash: String,
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub now: chrono::DateTime<chrono::Utc>,
+    pub contributor: (i64, String, String, Option<String>),
+}
+
+/// Which row a presented token names: the id remembered for a verified token, or
+/// the token's public lookup part.
+#[derive(Debug, Clone, Copy)]
+pub enum TokenKey<'a> {
+    Id(i64),
+    Lookup(&'a str),
 }

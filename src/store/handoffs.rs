@@ -5,17 +5,14 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
-/// Ends the task's PENDING handoff: SUPERSEDED when still live, EXPIRED when past
-/// its expiry. Returns the ids that were superseded (live ones).
+/// Ends the task's PENDING handoff: SUPERSEDED when still live at `now`, EXPIRED
+/// when past its expiry. Returns the ids that were superseded (live ones). Called
+/// through `LockedTask::supersede_pending`, which skips it when the lock saw none.
 pub fn supersede_pending(
     conn: &mut PgConnection,
-    task: &crate::fence::LockedTask,
+    task_id: i64,
+    now: DateTime<Utc>,
 ) -> QueryResult<Vec<i64>> {
-    // The lock read the task's PENDING handoff: none, nothing to end.
-    if task.pending_handoff.is_none() {
-        return Ok(Vec::new());
-    }
-    let (task_id, now) = (task.id, task.now);
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
@@ -42,8 +39,8 @@ pub fn supersede_pending(
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ts_opt, ContributorActor};
 use crate::db::BindNext;
+use crate::model::{ts, ts_opt, ContributorActor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

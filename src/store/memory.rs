@@ -6,8 +6,8 @@ use diesel::sql_types::{Array, BigInt, Nullable, Text, Timestamptz};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ContributorActor};
 use crate::db::BindNext;
+use crate::model::{ts, ContributorActor};
 
 /// A memory record (original behaviour: every POST creates one).
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -9,4 +9,5 @@ pub mod memory;
 pub mod orbits;
 pub mod problems;
 pub mod refs;
+pub mod stamp;
 pub mod tasks;

@@ -2,58 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ContributorActor};
 use crate::db::schema::{contributors, memberships, orbits};
-use crate::db::TxResult;
-use crate::error::ApiError;
+use crate::model::{ts, ContributorActor};
 use crate::store::contributors::{actor, actor_columns, ActorColumns, ActorTuple};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Role {
-    Contributor,
-    Maintainer,
-    Owner,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Owner => "OWNER",
-            Role::Maintainer => "MAINTAINER",
-            Role::Contributor => "CONTRIBUTOR",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "OWNER" => Some(Role::Owner),
-            "MAINTAINER" => Some(Role::Maintainer),
-            "CONTRIBUTOR" => Some(Role::Contributor),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum JoinPolicy {
-    #[default]
-    Open,
-    Invite,
-}
-
-impl JoinPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JoinPolicy::Open => "OPEN",
-            JoinPolicy::Invite => "INVITE",
-        }
-    }
-}
+pub use crate::model::{JoinPolicy, Role};
 
 /// An orbit: a tenant of the commons.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -137,11 +93,6 @@ pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbi
         .map(|o| o.map(to_orbit))
 }
 
-/// Like `find`, but 404 when absent.
-pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
-    find(conn, reference)?.ok_or_else(|| ApiError::not_found("Orbit").into())
-}
-
 pub fn find_by_id(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Orbit>> {
     orbits::table
         .inner_join(contributors::table)
@@ -208,44 +159,6 @@ pub fn role_of(
         .first(conn)
         .optional()?;
     Ok(role.and_then(|r| Role::parse(&r)))
-}
-
-/// Writing inside an orbit needs membership: the caller's role, or 403.
-pub fn require_member(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    contributor_id: i64,
-) -> TxResult<Role> {
-    member_or_forbidden(role_of(conn, orbit_id, contributor_id)?)
-}
-
-/// A role already looked up, or 403 `not_a_member`.
-pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
-    role.ok_or_else(|| {
-        ApiError::forbidden(
-            "not_a_member",
-            "Only members of this orbit may write in it.",
-        )
-        .into()
-    })
-}
-
-/// The caller must hold at least `min` in the orbit, else 403.
-pub fn require_role(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    contributor_id: i64,
-    min: Role,
-) -> TxResult<Role> {
-    let role = require_member(conn, orbit_id, contributor_id)?;
-    if role < min {
-        return Err(ApiError::forbidden(
-            "insufficient_role",
-            format!("This action needs the {} role or higher.", min.as_str()),
-        )
-        .into());
-    }
-    Ok(role)
 }
 
 /// A member of an orbit.

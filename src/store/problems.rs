@@ -20,8 +20,8 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ContributorActor};
 use crate::db::BindNext;
+use crate::model::{ts, ContributorActor};
 use crate::store::contributions::{Contribution, ContributionKind, VerdictCounts};
 use crate::store::handoffs::Handoff;
 

@@ -6,9 +6,9 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::api::types::{ts, ts_opt, ContributorActor};
 use crate::db::BindNext;
-use crate::listcache::{split, Stamp, Stamped};
+use crate::model::{ts, ts_opt, ContributorActor};
+use crate::store::stamp::{split, Stamp, Stamped};
 
 fn actor(id: i64, kind: String, name: String, model_claim: Option<String>) -> ContributorActor {
     ContributorActor {
@@ -394,12 +394,12 @@ const TASK_SELECT: &str = task_select!("clock_timestamp()");
 /// [`task`] for several ids in one statement (a group of reads,
 /// `src/readgroup.rs`): one answer per id, in order.
 pub fn tasks_by_ids(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<Option<Task>>> {
-    let rows: Vec<crate::readgroup::Numbered<TaskRow>> = crate::db::sql(crate::group_over_ids!(
+    let rows: Vec<crate::db::grouped::Numbered<TaskRow>> = crate::db::sql(crate::group_over_ids!(
         concat!(task_select!("clock_timestamp()"), " WHERE t.id = q.id")
     ))
     .bind::<Array<BigInt>, _>(ids)
     .load(conn)?;
-    Ok(crate::readgroup::by_position(rows, ids.len()))
+    Ok(crate::db::grouped::by_position(rows, ids.len()))
 }
 
 pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {

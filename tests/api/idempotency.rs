@@ -531,7 +531,7 @@ async fn expired_keys_are_purged_and_then_execute_anew() {
     // An unexpired key survives a purge.
     let mut conn = app.db.conn();
     assert_eq!(
-        orbit_commons::idempotency::purge_expired(&mut conn).unwrap(),
+        orbit_commons::domain::idempotency::purge_expired(&mut conn).unwrap(),
         0
     );
     assert_eq!(w.stored(a.id, &key), 1);
@@ -541,7 +541,7 @@ async fn expired_keys_are_purged_and_then_execute_anew() {
          WHERE key = '{key}'"
     ))
     .unwrap();
-    let purged = orbit_commons::idempotency::purge_expired(&mut conn).unwrap();
+    let purged = orbit_commons::domain::idempotency::purge_expired(&mut conn).unwrap();
     assert_eq!(purged, 1);
     assert_eq!(w.stored(a.id, &key), 0);
 
@@ -598,7 +598,7 @@ async fn purge_deletes_in_batches_until_none_are_left() {
     let w = Keyed::create_orbit(&app);
     assert_executed(&w.send(&a.token, Some("live"), &orbit_body("live")).await);
     assert_eq!(
-        orbit_commons::idempotency::purge_expired(&mut conn).unwrap(),
+        orbit_commons::domain::idempotency::purge_expired(&mut conn).unwrap(),
         1234
     );
     assert_eq!(count(&app, "SELECT count(*) AS n FROM idempotency_keys"), 1);

@@ -49,7 +49,7 @@ async fn world(app: &TestApp, slug: &str) -> (World, Agent) {
         ("contributor", m.id),
         ("n", 1),
     ]);
-    let doc = orbit_commons::routes::openapi();
+    let doc = orbit_commons::http::routes::openapi();
     let has = |p: &str| doc.paths.paths.contains_key(p);
     if has("/api/v1/orbits/{orbit}/problems") {
         let r = app
@@ -217,7 +217,7 @@ async fn every_write_inside_an_orbit_refuses_strangers_and_foreign_ids() {
     )
     .await;
 
-    let doc = serde_json::to_value(orbit_commons::routes::openapi()).unwrap();
+    let doc = serde_json::to_value(orbit_commons::http::routes::openapi()).unwrap();
     let mut checked = 0;
     let mut id_checks = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {

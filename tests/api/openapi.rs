@@ -10,7 +10,7 @@ use crate::harness::TestApp;
 const REGENERATE: &str = "cargo run -q -- openapi > openapi/openapi.json";
 
 fn generated() -> String {
-    orbit_commons::routes::openapi()
+    orbit_commons::http::routes::openapi()
         .to_pretty_json()
         .expect("render the OpenAPI document")
 }

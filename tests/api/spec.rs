@@ -128,7 +128,7 @@ fn covers(cdoc: &Value, odoc: &Value, want: &Value, have: &Value, at: &str) {
 #[test]
 fn accept_operation_matches_the_published_contract() {
     let contract = load_contract();
-    let ours = serde_json::to_value(orbit_commons::routes::openapi()).unwrap();
+    let ours = serde_json::to_value(orbit_commons::http::routes::openapi()).unwrap();
     let path = "/api/v1/handoffs/{handoff}/accept";
     covers(
         &contract,

@@ -1,0 +1,53 @@
+//! Who may do what in an orbit: the one owner of the membership and role checks
+//! (contract sections 4 and 5), and of the 404 for an orbit named by slug or id.
+//! Every write and read that needs one calls these; the answers are worded here.
+
+use diesel::PgConnection;
+
+use crate::db::TxResult;
+use crate::error::ApiError;
+use crate::model::Role;
+use crate::store::orbits::{find, role_of, Orbit};
+
+/// Like `find`, but 404 when absent.
+pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
+    find(conn, reference)?.ok_or_else(|| ApiError::not_found("Orbit").into())
+}
+
+/// Writing inside an orbit needs membership: the caller's role, or 403.
+pub fn require_member(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> TxResult<Role> {
+    member_or_forbidden(role_of(conn, orbit_id, contributor_id)?)
+}
+
+/// A role already looked up, or 403 `not_a_member`.
+pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
+    role.ok_or_else(|| {
+        ApiError::forbidden(
+            "not_a_member",
+            "Only members of this orbit may write in it.",
+        )
+        .into()
+    })
+}
+
+/// The caller must hold at least `min` in the orbit, else 403.
+pub fn require_role(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+    min: Role,
+) -> TxResult<Role> {
+    let role = require_member(conn, orbit_id, contributor_id)?;
+    if role < min {
+        return Err(ApiError::forbidden(
+            "insufficient_role",
+            format!("This action needs the {} role or higher.", min.as_str()),
+        )
+        .into());
+    }
+    Ok(role)
+}

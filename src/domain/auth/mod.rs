@@ -1,0 +1,362 @@
+//! Authentication: bearer tokens, the verification cache and the `Caller`.
+//!
+//! A presented token is checked for format first (no hashing for garbage). A token
+//! verified with argon2 is remembered in memory under an HMAC of the token with a
+//! per-process key until it has gone unused for 10 minutes, so later requests skip
+//! argon2; failures are never cached. Revocation is still read from the database on
+//! every request, so a revoked token is refused on the very next request on any
+//! instance.
+
+pub mod token;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest};
+use diesel::prelude::*;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+
+use crate::db::schema::{contributors, tokens};
+use crate::db::BindNext;
+use crate::db::TxResult;
+use crate::error::ApiError;
+use crate::model::ContributorActor;
+pub use crate::store::contributors::{TokenKey, TokenRow};
+
+diesel::define_sql_function! {
+    /// The database clock. A declared function, unlike a `sql` literal, lets diesel
+    /// keep the token query prepared (it runs on every authenticated request).
+    fn clock_timestamp() -> diesel::sql_types::Timestamptz;
+}
+
+/// How long a verified token stays cached without a request. A hit needs the exact
+/// token (the key is an HMAC of all of it) and revocation is read on every request,
+/// so the length only trades memory for argon2 runs: an agent that calls every few
+/// minutes (lease renewals, long polls) must not pay ~20 MiB and tens of ms of argon2
+/// each time, as it did with 60 s.
+const CACHE_TTL: Duration = Duration::from_secs(600);
+const CACHE_MAX_ENTRIES: usize = 100_000;
+/// `last_used_at` is written at most this often per token.
+const LAST_USED_GRANULARITY_SECS: i64 = 60;
+
+pub type CacheKey = [u8; 32];
+
+#[derive(Clone, Copy)]
+struct CacheEntry {
+    token_id: i64,
+    /// The last request this token succeeded with on this instance.
+    seen_at: Instant,
+}
+
+/// Per-process verification cache.
+pub struct TokenCache {
+    key: [u8; 32],
+    entries: Mutex<HashMap<CacheKey, CacheEntry>>,
+    pub hits: std::sync::atomic::AtomicU64,
+    pub misses: std::sync::atomic::AtomicU64,
+}
+
+impl Default for TokenCache {
+    fn default() -> Self {
+        let mut key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        TokenCache {
+            key,
+            entries: Mutex::new(HashMap::new()),
+            hits: Default::default(),
+            misses: Default::default(),
+        }
+    }
+}
+
+impl TokenCache {
+    /// The keyed hash under which a token is cached (and rate limited).
+    pub fn cache_key(&self, token: &str) -> CacheKey {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(token.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    fn get(&self, key: &CacheKey) -> Option<i64> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(key)
+            .filter(|e| e.seen_at.elapsed() < CACHE_TTL)
+            .map(|e| e.token_id)
+    }
+
+    /// True when the token was verified recently (used by the rate limiter, which
+    /// never touches the database).
+    pub fn is_verified(&self, key: &CacheKey) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn put(&self, key: CacheKey, token_id: i64) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CACHE_MAX_ENTRIES {
+            entries.retain(|_, e| e.seen_at.elapsed() < CACHE_TTL);
+            if entries.len() >= CACHE_MAX_ENTRIES {
+                entries.clear();
+            }
+        }
+        entries.insert(
+            key,
+            CacheEntry {
+                token_id,
+                seen_at: Instant::now(),
+            },
+        );
+    }
+
+    /// Counts a request a quick write (`src/quick.rs`) authenticated with a cached
+    /// token, and refreshes its entry, as `Bearer::require_with` does.
+    pub fn confirm(&self, key: CacheKey, token_id: i64) {
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.put(key, token_id);
+    }
+
+    fn forget(&self, key: &CacheKey) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.remove(key);
+    }
+}
+
+/// The bearer token a request presented, format-checked but not yet verified.
+/// Verification happens inside the request's unit of work (`Bearer::resolve`).
+#[derive(Clone)]
+pub struct Bearer(Option<String>);
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        f.write_str(if self.0.is_some() {
+            "Bearer(<redacted>)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+/// Reads `Authorization: Bearer <token>`. Returns `Ok(None)` when absent and a 401
+/// for any other scheme or a malformed token.
+pub fn bearer_from_request(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("The Authorization header is not valid."))?;
+    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::unauthorized(
+            "Use `Authorization: Bearer <token>`.",
+        ));
+    }
+    let token = token.trim();
+    if token::parse(token).is_none() {
+        return Err(ApiError::unauthorized("The token is invalid."));
+    }
+    Ok(Some(token.to_owned()))
+}
+
+impl FromRequest for Bearer {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(bearer_from_request(req).map(Bearer))
+    }
+}
+
+/// An authenticated contributor.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_id: i64,
+    pub actor: ContributorActor,
+}
+
+impl Caller {
+    pub fn id(&self) -> i64 {
+        self.actor.id
+    }
+}
+
+fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option<TokenRow>> {
+    let columns = (
+        tokens::id,
+        tokens::secret_hash,
+        tokens::last_used_at,
+        tokens::revoked_at,
+        clock_timestamp(),
+        (
+            contributors::id,
+            contributors::kind,
+            contributors::name,
+            contributors::model_claim,
+        ),
+    );
+    let base = tokens::table.inner_join(contributors::table);
+    match key {
+        TokenKey::Id(id) => base
+            .filter(tokens::id.eq(id))
+            .select(columns)
+            .first(conn)
+            .optional(),
+        TokenKey::Lookup(lookup) => base
+            .filter(tokens::lookup.eq(lookup))
+            .select(columns)
+            .first(conn)
+            .optional(),
+    }
+}
+
+impl Bearer {
+    pub fn is_present(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The token's row id when this instance verified it recently: a quick write
+    /// (`src/quick.rs`) then reads revocation in its own statement. `None` for no
+    /// token or one that must be verified (the ordinary path does it).
+    pub fn cached(&self, cache: &TokenCache) -> Option<(CacheKey, i64)> {
+        let token = self.0.as_deref()?;
+        token::parse(token)?;
+        let key = cache.cache_key(token);
+        cache.get(&key).map(|id| (key, id))
+    }
+
+    /// A caller is required: no token → 401.
+    pub fn require(&self, conn: &mut PgConnection, cache: &TokenCache) -> TxResult<Caller> {
+        match self.optional(conn, cache)? {
+            Some(c) => Ok(c),
+            None => Err(ApiError::unauthorized("This route needs a bearer token.").into()),
+        }
+    }
+
+    /// Public routes: no token is fine, but a presented token must be valid.
+    pub fn optional(
+        &self,
+        conn: &mut PgConnection,
+        cache: &TokenCache,
+    ) -> TxResult<Option<Caller>> {
+        if self.0.is_none() {
+            return Ok(None);
+        }
+        let (caller, ()) = self.require_with(conn, cache, |conn, key| {
+            Ok(fetch_token(conn, key)?.map(|row| (row, ())))
+        })?;
+        Ok(Some(caller))
+    }
+
+    /// Like [`Bearer::require`], for a route that reads its answer in the same
+    /// statement as the token (one round trip instead of two): `fetch` reads the
+    /// token's row by `key` together with `T`, which is returned only once the
+    /// token has passed every check.
+    pub fn require_with<T>(
+        &self,
+        conn: &mut PgConnection,
+        cache: &TokenCache,
+        fetch: impl FnOnce(&mut PgConnection, TokenKey<'_>) -> QueryResult<Option<(TokenRow, T)>>,
+    ) -> TxResult<(Caller, T)> {
+        let Some(token) = &self.0 else {
+            return Err(ApiError::unauthorized("This route needs a bearer token.").into());
+        };
+        let parsed =
+            token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;
+        let key = cache.cache_key(token);
+        let cached = cache.get(&key);
+        let by = match cached {
+            Some(token_id) => TokenKey::Id(token_id),
+            None => TokenKey::Lookup(parsed.lookup),
+        };
+        let Some((row, extra)) = fetch(conn, by)? else {
+            cache.forget(&key);
+            return Err(ApiError::unauthorized("The token is invalid.").into());
+        };
+        let secret = cached.is_none().then_some(parsed.secret);
+        let caller = admit(conn, cache, key, secret, row)?;
+        Ok((caller, extra))
+    }
+}
+
+/// A token's row read by id for a token this instance verified (`Bearer::cached`),
+/// in a statement of its own (a group of reads, `src/readgroup.rs`): the caller,
+/// or the 401 the ordinary path would give.
+pub fn admit_cached(
+    conn: &mut PgConnection,
+    cache: &TokenCache,
+    key: CacheKey,
+    row: Option<TokenRow>,
+) -> TxResult<Caller> {
+    let Some(row) = row else {
+        cache.forget(&key);
+        return Err(ApiError::unauthorized("The token is invalid.").into());
+    };
+    admit(conn, cache, key, None, row)
+}
+
+/// What every authentication does with the token's row once read: `secret` is the
+/// presented secret when the token is not cached (it is then checked with argon2).
+fn admit(
+    conn: &mut PgConnection,
+    cache: &TokenCache,
+    key: CacheKey,
+    secret: Option<&str>,
+    row: TokenRow,
+) -> TxResult<Caller> {
+    // The secret is checked before revocation is revealed: knowing a token's
+    // public lookup part tells nothing.
+    match secret {
+        None => {
+            cache
+                .hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Some(secret) => {
+            cache
+                .misses
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !token::verify(secret, &row.secret_hash) {
+                return Err(ApiError::unauthorized("The token is invalid.").into());
+            }
+        }
+    }
+    if row.revoked_at.is_some() {
+        cache.forget(&key);
+        return Err(ApiError::unauthorized("The token has been revoked.").into());
+    }
+    // Written after a verification, refreshed on every later success: a token in
+    // use is verified with argon2 once per process (revocation is read from the
+    // database on every request anyway).
+    cache.put(key, row.id);
+    let stale = row
+        .last_used_at
+        .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
+    if stale {
+        // Never wait for this bookkeeping: another request of the same token may
+        // hold the row; it records the use then.
+        crate::db::sql(
+            "UPDATE tokens SET last_used_at = $2 WHERE id = ( \
+                 SELECT id FROM tokens WHERE id = $1 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind::<diesel::sql_types::BigInt, _>(row.id)
+        .bind::<diesel::sql_types::Timestamptz, _>(row.now)
+        .execute(conn)?;
+    }
+    let (id, kind, name, model_claim) = row.contributor;
+    Ok(Caller {
+        token_id: row.id,
+        actor: ContributorActor {
+            id,
+            kind,
+            name,
+            model_claim,
+        },
+    })
+}

@@ -1,0 +1,370 @@
+//! The fence: the one lease check every lease-protected write calls.
+//!
+//! `lock` (or `lock_for`, for a write presenting a lease) takes the task row's lock
+//! and then, in one statement, reads the database clock with the task's open lease,
+//! the presented lease and the PENDING handoff, so a lock wait can never make a
+//! decision in the past. `check` then decides, in the order
+//! of the contract (section 8), the first failing rule:
+//! 1. `stale_lease_version` — the task's current version is not the request's;
+//! 2. `lease_not_held` — that lease is someone else's;
+//! 3. `lease_released` / `lease_expired` — it has ended or run out;
+//! 4. `handed_off` — the caller has a PENDING handoff on the task (checkpoint,
+//!    completion, renewal and the fence check only).
+//!
+//! Lock order everywhere: task row, then handoffs, then leases, then the orbit's
+//! revision (last, in `orbit_apply`, sent with the COMMIT: `revision::closing`).
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+use serde_json::json;
+
+use crate::db::BindNext;
+use crate::db::TxResult;
+use crate::error::ApiError;
+use crate::model::format_ts;
+
+/// A task row held under `FOR UPDATE` (or `FOR SHARE` for the read-only fence
+/// check), with the database time read after the lock was granted, and what the
+/// checks need, read in the same statement as the time.
+#[derive(Debug, Clone)]
+pub struct LockedTask {
+    pub id: i64,
+    pub orbit_id: i64,
+    pub status: String,
+    pub lease_version: i64,
+    pub now: DateTime<Utc>,
+    /// The lease that has not ended (it may have run out: see `active`).
+    pub open_lease: Option<OpenLease>,
+    /// The task's PENDING handoff, if any (it may have run out).
+    pub pending_handoff: Option<PendingHandoff>,
+    /// Who the lock was taken for, and the lease they presented (`lock_for`).
+    caller: Option<i64>,
+    presented: Option<PresentedLease>,
+}
+
+impl LockedTask {
+    /// Ends the task's PENDING handoff, if the lock read one (superseded when live,
+    /// expired otherwise); returns the ids superseded.
+    pub fn supersede_pending(&self, conn: &mut PgConnection) -> diesel::QueryResult<Vec<i64>> {
+        if self.pending_handoff.is_none() {
+            return Ok(Vec::new());
+        }
+        crate::store::handoffs::supersede_pending(conn, self.id, self.now)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct OpenLease {
+    pub id: i64,
+    pub contributor_id: i64,
+    pub lease_version: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PendingHandoff {
+    pub id: i64,
+    pub from_contributor: i64,
+    pub to_contributor: Option<i64>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The lease whose version a request presented.
+#[derive(Debug, Clone)]
+struct PresentedLease {
+    id: i64,
+    contributor_id: i64,
+    end_reason: Option<String>,
+    expires_at: DateTime<Utc>,
+}
+
+impl LockedTask {
+    pub fn is_open(&self) -> bool {
+        self.status == "OPEN"
+    }
+
+    /// The open lease if it is still active at `now`.
+    pub fn active_lease(&self) -> Option<&OpenLease> {
+        self.open_lease.as_ref().filter(|l| l.expires_at > self.now)
+    }
+
+    /// The live PENDING handoff `giver` offered on this task: it fences the giver.
+    pub fn pending_from(&self, giver: i64) -> Option<&PendingHandoff> {
+        self.pending_handoff
+            .as_ref()
+            .filter(|h| h.from_contributor == giver && h.expires_at > self.now)
+    }
+}
+
+#[derive(QueryableByName)]
+struct TaskLockRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    orbit_id: i64,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = BigInt)]
+    lease_version: i64,
+}
+
+#[derive(QueryableByName)]
+struct AfterLock {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    o_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    o_contributor: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    o_version: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    o_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    v_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    v_contributor: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    v_end_reason: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    v_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    h_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    h_from: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    h_to: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    h_expires: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum LockMode {
+    /// Writers.
+    Update,
+    /// The fence check, which writes nothing.
+    Share,
+}
+
+/// Locks the task row (404 when it does not exist) and reads the clock after it.
+pub fn lock(conn: &mut PgConnection, task_id: i64, mode: LockMode) -> TxResult<LockedTask> {
+    lock_inner(conn, task_id, mode, None, None)
+}
+
+/// `lock` for a lease-protected write: also reads the lease of `lease_version`, so
+/// `check` needs no statement of its own.
+pub fn lock_for(
+    conn: &mut PgConnection,
+    task_id: i64,
+    mode: LockMode,
+    caller: i64,
+    lease_version: i64,
+) -> TxResult<LockedTask> {
+    lock_inner(conn, task_id, mode, Some(caller), Some(lease_version))
+}
+
+/// The whole fence of a lease-protected write: locks the task for `caller`, then
+/// runs `check`. With `path_version` (renew and release name the lease in the path),
+/// a path that names another version than the body is `stale_lease_version` first.
+pub fn guard(
+    conn: &mut PgConnection,
+    task_id: i64,
+    caller: i64,
+    lease_version: i64,
+    path_version: Option<i64>,
+    guard: Guard,
+) -> TxResult<(LockedTask, Held)> {
+    let task = lock_for(conn, task_id, LockMode::Update, caller, lease_version)?;
+    if path_version.is_some_and(|p| p != lease_version) {
+        return Err(stale(&task).into());
+    }
+    let held = check(&task, caller, lease_version, guard)?;
+    Ok((task, held))
+}
+
+fn lock_inner(
+    conn: &mut PgConnection,
+    task_id: i64,
+    mode: LockMode,
+    caller: Option<i64>,
+    lease_version: Option<i64>,
+) -> TxResult<LockedTask> {
+    let statement = match mode {
+        LockMode::Update => {
+            "SELECT id, orbit_id, status, lease_version FROM tasks WHERE id = $1 FOR UPDATE"
+        }
+        LockMode::Share => {
+            "SELECT id, orbit_id, status, lease_version FROM tasks WHERE id = $1 FOR SHARE"
+        }
+    };
+    let row: Option<TaskLockRow> = crate::db::sql(statement)
+        .bind::<BigInt, _>(task_id)
+        .get_result(conn)
+        .optional()?;
+    let row = row.ok_or_else(|| ApiError::not_found("Task"))?;
+    // Read after the lock statement returned: a wait for the lock cannot make this
+    // decision in the past. The partial unique indexes allow at most one open lease
+    // and one PENDING handoff per task, so this is one row. The open lease, if any,
+    // is the task's newest: a version is issued (acquire, accept) only after the
+    // open lease ended, so it is looked up by the unique (task_id, lease_version)
+    // index. Were that ever violated, the database still refuses a second open
+    // lease (`leases_one_open_per_task`) and overlapping ones (the exclusion
+    // constraint).
+    let after: AfterLock = crate::db::sql(
+        "WITH clock AS (SELECT clock_timestamp() AS now) \
+         SELECT clock.now, \
+                o.id AS o_id, o.contributor_id AS o_contributor, \
+                o.lease_version AS o_version, o.expires_at AS o_expires, \
+                v.id AS v_id, v.contributor_id AS v_contributor, \
+                v.end_reason AS v_end_reason, v.expires_at AS v_expires, \
+                h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
+                h.expires_at AS h_expires \
+         FROM clock \
+         LEFT JOIN leases o ON o.task_id = $1 AND o.lease_version = $3 \
+                           AND o.end_reason IS NULL \
+         LEFT JOIN leases v ON v.task_id = $1 AND v.lease_version = $2 \
+         LEFT JOIN handoffs h ON h.task_id = $1 AND h.status = 'PENDING'",
+    )
+    .bind::<BigInt, _>(task_id)
+    .bind::<Nullable<BigInt>, _>(lease_version)
+    .bind::<BigInt, _>(row.lease_version)
+    .get_result(conn)?;
+    let open_lease = match (
+        after.o_id,
+        after.o_contributor,
+        after.o_version,
+        after.o_expires,
+    ) {
+        (Some(id), Some(contributor_id), Some(lease_version), Some(expires_at)) => {
+            Some(OpenLease {
+                id,
+                contributor_id,
+                lease_version,
+                expires_at,
+            })
+        }
+        _ => None,
+    };
+    let presented = match (after.v_id, after.v_contributor, after.v_expires) {
+        (Some(id), Some(contributor_id), Some(expires_at)) => Some(PresentedLease {
+            id,
+            contributor_id,
+            end_reason: after.v_end_reason,
+            expires_at,
+        }),
+        _ => None,
+    };
+    let pending_handoff = match (after.h_id, after.h_from, after.h_expires) {
+        (Some(id), Some(from_contributor), Some(expires_at)) => Some(PendingHandoff {
+            id,
+            from_contributor,
+            to_contributor: after.h_to,
+            expires_at,
+        }),
+        _ => None,
+    };
+    Ok(LockedTask {
+        id: row.id,
+        orbit_id: row.orbit_id,
+        status: row.status,
+        lease_version: row.lease_version,
+        now: after.now,
+        open_lease,
+        pending_handoff,
+        caller,
+        presented,
+    })
+}
+
+/// Which writes rule 4 (`handed_off`) applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// Checkpoint, completion, renewal, the fence check: a pending handoff fences.
+    Work,
+    /// Release and a new offer: allowed while a handoff is pending.
+    ReleaseOrOffer,
+}
+
+/// The lease a passing check vouches for.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub lease_id: i64,
+    pub lease_version: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+pub fn stale(task: &LockedTask) -> ApiError {
+    ApiError::conflict(
+        "stale_lease_version",
+        "Your lease_version is not the task's current one: someone else holds or held the task \
+         since. Stop writing and report; do not retry with a version you did not acquire.",
+    )
+    .with_details(json!({ "current_lease_version": task.lease_version }))
+}
+
+/// Runs the lease checks for `caller` presenting `lease_version` on a task locked
+/// with `lock_for(caller, lease_version)`. Reads nothing: `lock_for` did.
+pub fn check(task: &LockedTask, caller: i64, lease_version: i64, guard: Guard) -> TxResult<Held> {
+    if task.caller != Some(caller) {
+        tracing::error!(
+            task = task.id,
+            "fence check on a task not locked for this caller"
+        );
+        return Err(ApiError::internal().into());
+    }
+    if task.lease_version != lease_version {
+        return Err(stale(task).into());
+    }
+    let Some(lease) = &task.presented else {
+        return Err(stale(task).into());
+    };
+    if lease.contributor_id != caller {
+        return Err(ApiError::conflict(
+            "lease_not_held",
+            "This lease belongs to someone else. Stop writing and report.",
+        )
+        .into());
+    }
+    match lease.end_reason.as_deref() {
+        Some("EXPIRED") => return Err(expired(&lease.expires_at).into()),
+        Some(reason) => {
+            return Err(ApiError::conflict(
+                "lease_released",
+                "This lease has ended. Stop writing and report.",
+            )
+            .with_details(json!({ "end_reason": reason }))
+            .into())
+        }
+        None if lease.expires_at <= task.now => return Err(expired(&lease.expires_at).into()),
+        None => {}
+    }
+    if guard == Guard::Work {
+        if let Some(h) = task.pending_from(caller) {
+            return Err(handed_off(h.id, h.to_contributor).into());
+        }
+    }
+    Ok(Held {
+        lease_id: lease.id,
+        lease_version,
+        expires_at: lease.expires_at,
+    })
+}
+
+fn expired(at: &DateTime<Utc>) -> ApiError {
+    ApiError::conflict(
+        "lease_expired",
+        "This lease has run out. Stop writing and report; acquire a new lease only if the task \
+         is still yours to do.",
+    )
+    .with_details(json!({ "expired_at": format_ts(at) }))
+}
+
+pub fn handed_off(handoff_id: i64, to: Option<i64>) -> ApiError {
+    ApiError::conflict(
+        "handed_off",
+        "You handed this task off and the handoff is pending: your writes to it are fenced. \
+         Stop and report.",
+    )
+    .with_details(json!({ "handoff_id": handoff_id, "to_contributor_id": to }))
+}

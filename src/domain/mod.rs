@@ -1,0 +1,37 @@
+//! The domain layer: one function per operation, each holding its unit of work
+//! (authentication, key claim, fence, effect, revision, stored response), called
+//! alike by a REST handler and its MCP tool. It owns the rules: tokens and callers
+//! (`auth`), the lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit
+//! revision (`revision`), the change hub (`feed`) and the one write path (`write`).
+//! It imports store, perf, model, db and error, never `http`.
+
+pub mod access;
+pub mod auth;
+pub mod feed;
+pub mod fence;
+pub mod idempotency;
+pub mod reads;
+pub mod revision;
+pub mod write;
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::db::PgPool;
+
+/// What every operation shares: the pool, the settings, the token cache, the change
+/// hub, the counters and the performance mechanisms beside this layer (`perf`).
+#[derive(Clone)]
+pub struct Core {
+    pub pool: PgPool,
+    pub config: Arc<Config>,
+    pub tokens: Arc<auth::TokenCache>,
+    pub hub: feed::ChangeHub,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The lease-cycle writes of this instance, run in groups (`perf::quick`).
+    pub quick: Arc<crate::perf::quick::QuickQueue>,
+    /// Single-row reads run in groups (`perf::readgroup`); `None` when
+    /// `ORBIT_READ_LANES` is 0.
+    pub reads: Option<Arc<reads::Reads>>,
+    pub list_cache: Arc<crate::perf::listcache::ListCache>,
+}

@@ -1,0 +1,201 @@
+//! The orbit revision: every write inside an orbit advances it by exactly one.
+//!
+//! A write names its change with `Gate::record` (src/idempotency.rs), which hands
+//! back [`PENDING`] for the response body. The change is applied by `orbit_apply`
+//! (`db::APPLY_PREPARE`) as the transaction's last statement, together with the stored
+//! idempotent response: one statement bumps the orbit's counter, appends the change
+//! row and stores the response with the real revision in place of the placeholder.
+//! It is sent in one message with the COMMIT ([`closing`], `db::transact_closing`).
+//! The `UPDATE` takes the orbit row's lock, so concurrent writers of one orbit are
+//! ordered by it and the revisions are dense (a rolled-back transaction gives its
+//! number back); holding it for one statement and the commit, with no round trip to
+//! the service in between, is what bounds a busy orbit's write rate. Long polls are
+//! woken after commit (`ChangeHub::publish`), never from inside the transaction.
+
+pub const NOTIFY_CHANNEL: &str = "orbit_changes";
+
+/// Stands for the revision a write will get, in a response built before it is known.
+/// Only ever serialized as the value of an `orbit_revision` field.
+pub const PENDING: i64 = -9_223_372_036_854_775_807;
+
+/// The placeholder field as it appears in a compact JSON body (`apply_change` in
+/// the migrations replaces the same text).
+const PENDING_FIELD: &str = "\"orbit_revision\":-9223372036854775807";
+
+/// What a write did, for the change feed.
+pub struct Change<'a> {
+    pub kind: &'a str,
+    pub entity_type: &'a str,
+    pub entity_id: i64,
+    pub task_id: Option<i64>,
+    pub summary: String,
+}
+
+/// A change named by a write, applied at the end of its transaction.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub orbit_id: i64,
+    pub contributor_id: i64,
+    pub kind: String,
+    pub entity_type: String,
+    pub entity_id: i64,
+    pub task_id: Option<i64>,
+    pub summary: String,
+}
+
+impl Pending {
+    pub fn new(orbit_id: i64, contributor_id: i64, change: Change<'_>) -> Pending {
+        Pending {
+            orbit_id,
+            contributor_id,
+            kind: change.kind.to_owned(),
+            entity_type: change.entity_type.to_owned(),
+            entity_id: change.entity_id,
+            task_id: change.task_id,
+            summary: change.summary,
+        }
+    }
+}
+
+/// A response to store under a claimed idempotency key.
+pub struct StoredResponse<'a> {
+    pub key_id: i64,
+    pub status: i16,
+    pub body: &'a [u8],
+}
+
+/// The statement that applies `change` (and stores `response`), as text to send in
+/// one message with the transaction's COMMIT: the orbit row's lock is then held
+/// from this statement to the commit without a round trip to the service between
+/// them, so a busy orbit's writers wait for the database only, never for a service
+/// thread to be scheduled. Values are literals (the simple-query protocol carries
+/// no parameters): numbers as digits, text as standard-conforming string literals
+/// (quotes doubled; the connection sets `standard_conforming_strings`), the body as
+/// a hex bytea literal.
+pub fn closing(change: &Pending, response: Option<StoredResponse<'_>>) -> Result<String, String> {
+    use std::fmt::Write as _;
+    fn text(out: &mut String, s: &str) -> Result<(), String> {
+        if s.contains('\0') {
+            return Err("a NUL character cannot be stored".into());
+        }
+        out.push('\'');
+        for ch in s.chars() {
+            if ch == '\'' {
+                out.push('\'');
+            }
+            out.push(ch);
+        }
+        out.push('\'');
+        Ok(())
+    }
+    let opt = |v: Option<i64>| v.map_or_else(|| "NULL".to_owned(), |v| v.to_string());
+    let (key_id, status, body) = match response {
+        Some(r) => (Some(r.key_id), r.status, r.body),
+        None => (None, 0, &[][..]),
+    };
+    let mut sql = String::with_capacity(160 + change.summary.len() + 2 * body.len());
+    let _ = write!(sql, "EXECUTE orbit_apply({}, ", change.orbit_id);
+    text(&mut sql, &change.kind)?;
+    sql.push_str(", ");
+    text(&mut sql, &change.entity_type)?;
+    let _ = write!(
+        sql,
+        ", {}, {}, {}, ",
+        change.entity_id,
+        opt(change.task_id),
+        change.contributor_id
+    );
+    text(&mut sql, &change.summary)?;
+    let _ = write!(sql, ", {}, {status}, '\\x", opt(key_id));
+    sql.push_str(&hex::encode(body));
+    sql.push_str("')");
+    Ok(sql)
+}
+
+/// Puts `revision` in place of [`PENDING`] in a serialized (compact) JSON body. The
+/// placeholder cannot occur inside a JSON string: there every `"` is escaped.
+pub fn fill(body: &[u8], revision: i64) -> Vec<u8> {
+    let needle = PENDING_FIELD.as_bytes();
+    let with = format!("\"orbit_revision\":{revision}");
+    let mut out = Vec::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.windows(needle.len()).position(|w| w == needle) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(with.as_bytes());
+        rest = &rest[at + needle.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(summary: &str) -> Pending {
+        Pending {
+            orbit_id: 7,
+            contributor_id: 3,
+            kind: "task.created".into(),
+            entity_type: "task".into(),
+            entity_id: 11,
+            task_id: None,
+            summary: summary.into(),
+        }
+    }
+
+    #[test]
+    fn closing_renders_values_as_literals() {
+        let body = br#"{"a":"it's \ here"}"#;
+        let sql = closing(
+            &change("it's a \\ 'quoted' summary"),
+            Some(StoredResponse {
+                key_id: 5,
+                status: 201,
+                body,
+            }),
+        )
+        .unwrap();
+        assert_eq!(
+            sql,
+            format!(
+                "EXECUTE orbit_apply(7, 'task.created', 'task', 11, NULL, 3, \
+                 'it''s a \\ ''quoted'' summary', 5, 201, '\\x{}')",
+                hex::encode(body)
+            )
+        );
+        let no_key = closing(&change("s"), None).unwrap();
+        assert!(no_key.ends_with(", NULL, 0, '\\x')"));
+    }
+
+    /// The migration that defines `apply_change`.
+    const APPLY_CHANGE_SQL: &str =
+        include_str!("../../migrations/2026-11-30-000006_one_statement_lease_writes/up.sql");
+
+    #[test]
+    fn apply_change_fills_the_same_placeholder() {
+        assert!(APPLY_CHANGE_SQL.contains(&format!("'{PENDING_FIELD}'")));
+        assert_eq!(PENDING_FIELD, format!("\"orbit_revision\":{PENDING}"));
+    }
+
+    #[test]
+    fn closing_refuses_a_nul_character() {
+        assert!(closing(&change("a\0b"), None).is_err());
+    }
+
+    #[test]
+    fn fill_replaces_only_the_field() {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "data": {"orbit_revision": PENDING, "text": "\"orbit_revision\":-9223372036854775807"},
+            "orbit_revision": PENDING,
+        }))
+        .unwrap();
+        let filled: serde_json::Value = serde_json::from_slice(&fill(&body, 42)).unwrap();
+        assert_eq!(filled["data"]["orbit_revision"], 42);
+        assert_eq!(filled["orbit_revision"], 42);
+        assert_eq!(
+            filled["data"]["text"],
+            "\"orbit_revision\":-9223372036854775807"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! The one write path: every write inside an orbit, REST or MCP, runs here as one
+//! unit of work — authenticate → the operation's `work` (lookups, permission checks,
+//! `gate.claim`, fence, effect, `gate.record`) → the stored response → commit —
+//! first as a quick write when the operation has one (`perf::quick`). Also the one
+//! public read (one pool checkout, an optional token checked first).
+
+use std::sync::atomic::Ordering;
+
+use actix_web::http::StatusCode;
+use diesel::PgConnection;
+use serde::Serialize;
+
+use crate::db::{self, TxError, TxResult};
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::idempotency::{Gate, IdemHeader, Operation, Stored};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult};
+use crate::perf::quick::{QuickCall, QuickKey};
+
+/// A write's result before it is stored and sent.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+    /// The orbit whose change feed this write advanced (wakes local long polls).
+    pub orbit_id: Option<i64>,
+    /// The stored response of an earlier request with the same key, replayed.
+    replayed: bool,
+}
+
+impl Reply {
+    pub fn new<T: Serialize>(
+        status: StatusCode,
+        data: &T,
+        orbit_id: Option<i64>,
+    ) -> TxResult<Reply> {
+        let body = serde_json::to_vec(&crate::model::Data { data }).map_err(|e| {
+            tracing::error!(error = %e, "cannot serialize a response");
+            TxError::Api(ApiError::internal())
+        })?;
+        Ok(Reply {
+            status,
+            body,
+            orbit_id,
+            replayed: false,
+        })
+    }
+
+    /// The answer of a key that already completed with the same request
+    /// (`Gate::claim`): its stored response, replayed as is, with nothing done.
+    pub fn replayed(stored: Stored) -> Reply {
+        Reply {
+            status: stored.status,
+            body: stored.body,
+            orbit_id: None,
+            replayed: true,
+        }
+    }
+
+    pub fn created<T: Serialize>(data: &T, orbit_id: i64) -> TxResult<Reply> {
+        Reply::new(StatusCode::CREATED, data, Some(orbit_id))
+    }
+
+    pub fn ok<T: Serialize>(data: &T, orbit_id: i64) -> TxResult<Reply> {
+        Reply::new(StatusCode::OK, data, Some(orbit_id))
+    }
+}
+
+/// A public read: one pool checkout (`db::read`); no token is fine, but a presented
+/// token must be valid (401 otherwise), checked before `work` runs.
+pub async fn public_read<T, F>(core: &Core, bearer: Bearer, work: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
+{
+    let tokens = core.tokens.clone();
+    db::read(&core.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        work(conn)
+    })
+    .await
+}
+
+enum Outcome {
+    Done(Reply),
+    Replayed(Stored),
+}
+
+/// A committed (or replayed) write: the status and exact body bytes that were
+/// stored under the key, and whether they were replayed from it.
+pub struct Written {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+    pub replayed: bool,
+}
+
+/// Runs an authenticated write (see the module doc) and returns what was committed
+/// or replayed. `key` is the idempotency key as the caller sent it, in the header's
+/// form; `quick`, when given, runs first in the next group of quick writes and, when
+/// it declines, `work` runs as its own unit of work (one `web::block`, one pool
+/// checkout).
+pub async fn run<F>(
+    state: &Core,
+    bearer: Bearer,
+    key: IdemHeader,
+    op: &'static Operation,
+    body_canonical: String,
+    quick: Option<QuickCall>,
+    mut work: F,
+) -> ApiResult<Written>
+where
+    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
+{
+    let tokens = state.tokens.clone();
+    let retention = state.config.idempotency_retention_hours;
+    // The quick form needs a verified token (its id) and a key to claim.
+    let quick = match (quick, bearer.cached(&tokens), &key.0) {
+        (Some(call), Some((cache_key, token_id)), Some(Ok(k))) => {
+            let claim = QuickKey {
+                scope: op.scope(),
+                key: k.clone(),
+                fingerprint: op.fingerprint(&call.params(), &body_canonical),
+                retention_hours: retention as i32,
+            };
+            Some((call, cache_key, token_id, claim))
+        }
+        _ => None,
+    };
+    let mut quick_done = None;
+    if let Some((call, cache_key, token_id, claim)) = quick {
+        let status = call.status();
+        match state.quick.run(&state.pool, call, token_id, claim).await? {
+            Some(row) => {
+                state.metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
+                tokens.confirm(cache_key, token_id);
+                let reply = Reply {
+                    status,
+                    body: row.out_body.into_bytes(),
+                    orbit_id: Some(row.out_orbit),
+                    replayed: false,
+                };
+                quick_done = Some((Outcome::Done(reply), Some(row.out_revision)));
+            }
+            None => {
+                state.metrics.quick_declined.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let (outcome, revision) = match quick_done {
+        Some(done) => done,
+        None => {
+            db::transact_closing(&state.pool, move |conn| {
+                let caller = bearer.require(conn, &tokens)?;
+                let mut gate = Gate::new(
+                    op,
+                    key.clone(),
+                    caller.id(),
+                    body_canonical.clone(),
+                    retention,
+                );
+                let reply = work(conn, &caller, &mut gate)?;
+                if reply.replayed {
+                    let stored = Stored {
+                        status: reply.status,
+                        body: reply.body,
+                    };
+                    return Ok((Outcome::Replayed(stored), None));
+                }
+                let closing = gate.finish(conn, reply.status, &reply.body)?;
+                Ok((Outcome::Done(reply), closing))
+            })
+            .await?
+        }
+    };
+    Ok(match outcome {
+        Outcome::Done(mut reply) => {
+            if let Some(revision) = revision {
+                reply.body = crate::domain::revision::fill(&reply.body, revision);
+            }
+            if let Some(orbit_id) = reply.orbit_id {
+                state.hub.publish(orbit_id);
+            }
+            Written {
+                status: reply.status,
+                body: reply.body,
+                replayed: false,
+            }
+        }
+        Outcome::Replayed(stored) => {
+            state
+                .metrics
+                .idempotency_replays
+                .fetch_add(1, Ordering::Relaxed);
+            Written {
+                status: stored.status,
+                body: stored.body,
+                replayed: true,
+            }
+        }
+    })
+}

@@ -1,0 +1,396 @@
+//! JSON in: the body extractor every route uses, and RFC 8785 canonical form.
+//!
+//! `JsonBody<T>` reads at most 256 KiB (413 past that, refused from Content-Length
+//! before reading), accepts an absent or empty body as `{}`, requires
+//! `application/json` for a non-empty body, rejects unknown fields, validates, and
+//! keeps the canonical form of the body as sent for idempotency fingerprints.
+
+use std::fmt::Write as _;
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult, FieldErrors};
+
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// Field-level checks a body runs after it parsed.
+pub trait Validate {
+    fn validate(&self, errors: &mut FieldErrors);
+}
+
+pub struct JsonBody<T> {
+    pub value: T,
+    /// RFC 8785 canonical form of the body as sent (`{}` when absent).
+    pub canonical: String,
+}
+
+fn is_json_content_type(req: &HttpRequest) -> Option<bool> {
+    let ct = req.headers().get(header::CONTENT_TYPE)?;
+    let ct = ct.to_str().ok()?.to_ascii_lowercase();
+    let essence = ct.split(';').next().unwrap_or("").trim().to_owned();
+    Some(essence == "application/json" || essence.ends_with("+json"))
+}
+
+/// Reads the whole body, enforcing the size limit.
+pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Vec<u8>> {
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > MAX_BODY_BYTES {
+            return Err(ApiError::payload_too_large());
+        }
+    }
+    // The whole body must arrive within the client timeout: actix's own timeout
+    // covers only the request head, and a client that stalls in its body would
+    // otherwise hold this connection and request forever (issue 10, slow clients).
+    let within = req
+        .app_data::<actix_web::web::Data<crate::http::state::AppState>>()
+        .map(|s| s.config.client_timeout_seconds)
+        .unwrap_or(10);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(within);
+    let mut body = Vec::new();
+    loop {
+        let Ok(next) = tokio::time::timeout_at(deadline, payload.next()).await else {
+            return Err(ApiError::new(
+                actix_web::http::StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "The request body did not arrive in time.",
+            ));
+        };
+        let Some(chunk) = next else {
+            break;
+        };
+        let chunk = chunk.map_err(|e| match e {
+            actix_web::error::PayloadError::Overflow => ApiError::payload_too_large(),
+            _ => ApiError::invalid("unreadable_body", "The request body could not be read."),
+        })?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(ApiError::payload_too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Parses raw body bytes into `T`, with the error envelope for every failure.
+pub fn parse_body<T: DeserializeOwned + Validate>(
+    content_type_ok: Option<bool>,
+    bytes: &[u8],
+) -> ApiResult<JsonBody<T>> {
+    let empty = bytes.iter().all(|b| b.is_ascii_whitespace());
+    let value: Value = if empty {
+        Value::Object(Default::default())
+    } else {
+        if content_type_ok != Some(true) {
+            return Err(ApiError::invalid(
+                "unsupported_content_type",
+                "The request body must be JSON sent with `Content-Type: application/json`.",
+            ));
+        }
+        serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::invalid(
+                "malformed_json",
+                format!("The body is not valid JSON: {e}."),
+            )
+        })?
+    };
+    parse_value(value)
+}
+
+/// Turns a parsed JSON value into `T` exactly as a request body would be: it must be
+/// an object, unknown and missing fields and wrong types are 422 `validation_failed`,
+/// then the type's own checks run. Keeps the canonical form for fingerprints.
+pub fn parse_value<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<JsonBody<T>> {
+    if !value.is_object() {
+        return Err(ApiError::invalid(
+            "malformed_json",
+            "The body must be a JSON object.",
+        ));
+    }
+    let canonical = canonical_json(&value);
+    let parsed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let mut errors = FieldErrors::default();
+        if let Some(field) = between_backticks(&inner, "missing field `") {
+            let field = if path == "." {
+                field
+            } else {
+                format!("{path}.{field}")
+            };
+            errors.add(&field, "is required");
+        } else if let Some(field) = between_backticks(&inner, "unknown field `") {
+            // Here the path already ends at the unknown field itself.
+            let field = if path == "." {
+                field
+            } else if path == field || path.ends_with(&format!(".{field}")) {
+                path
+            } else {
+                format!("{path}.{field}")
+            };
+            errors.add(&field, "is not a known field");
+        } else {
+            let field = if path == "." { "body".to_owned() } else { path };
+            errors.add(&field, inner);
+        }
+        errors.into_error()
+    })?;
+    let mut errors = FieldErrors::default();
+    parsed.validate(&mut errors);
+    errors.finish()?;
+    Ok(JsonBody {
+        value: parsed,
+        canonical,
+    })
+}
+
+/// A JSON body whose problems are reported late: the extractor only refuses a body
+/// over the size limit (413 comes first in the contract's precedence); a body that
+/// does not parse or validate is kept as an error that the handler raises with
+/// `check()` after its 401/404/403 checks, so 422 never hides them.
+pub struct Body<T> {
+    parsed: Result<T, ApiError>,
+    /// RFC 8785 canonical form of the body as sent (`{}` when absent).
+    pub canonical: String,
+}
+
+impl<T> Body<T> {
+    /// The parsed body, or its 422.
+    pub fn check(&self) -> ApiResult<&T> {
+        self.parsed.as_ref().map_err(Clone::clone)
+    }
+}
+
+impl<T: DeserializeOwned + Validate> Body<T> {
+    /// A body that did not come over HTTP (an MCP tool's arguments): the same parsing,
+    /// validation and canonical form as a request body, its 422 kept for `check()`.
+    pub fn from_value(value: Value) -> Body<T> {
+        match parse_value(value) {
+            Ok(JsonBody { value, canonical }) => Body {
+                parsed: Ok(value),
+                canonical,
+            },
+            Err(e) => Body {
+                parsed: Err(e),
+                canonical: String::new(),
+            },
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Validate + 'static> FromRequest for Body<T> {
+    type Error = ApiError;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let bytes = match read_body(&req, &mut payload).await {
+                Ok(b) => b,
+                Err(e) if e.status == actix_web::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    return Ok(Body {
+                        parsed: Err(e),
+                        canonical: String::new(),
+                    })
+                }
+            };
+            Ok(match parse_body(is_json_content_type(&req), &bytes) {
+                Ok(JsonBody { value, canonical }) => Body {
+                    parsed: Ok(value),
+                    canonical,
+                },
+                Err(e) => Body {
+                    parsed: Err(e),
+                    canonical: String::new(),
+                },
+            })
+        })
+    }
+}
+
+fn between_backticks(message: &str, prefix: &str) -> Option<String> {
+    let start = message.find(prefix)? + prefix.len();
+    let end = message[start..].find('`')? + start;
+    Some(message[start..end].to_owned())
+}
+
+impl<T: DeserializeOwned + Validate + 'static> FromRequest for JsonBody<T> {
+    type Error = ApiError;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let bytes = read_body(&req, &mut payload).await?;
+            parse_body(is_json_content_type(&req), &bytes)
+        })
+    }
+}
+
+/// RFC 8785 (JSON Canonicalization Scheme): object keys sorted by UTF-16 code
+/// units, no insignificant whitespace, ECMAScript number formatting, minimal string
+/// escaping.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(k, out);
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn write_number(n: &serde_json::Number, out: &mut String) {
+    // Integers that a double represents exactly print as integers; everything else
+    // goes through the ECMAScript double formatting JCS prescribes.
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= (1u64 << 53) {
+            let _ = write!(out, "{i}");
+            return;
+        }
+    } else if let Some(u) = n.as_u64() {
+        if u <= (1u64 << 53) {
+            let _ = write!(out, "{u}");
+            return;
+        }
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    out.push_str(&es_number(f));
+}
+
+/// ECMAScript Number::toString for finite doubles.
+fn es_number(f: f64) -> String {
+    if f == 0.0 {
+        return "0".to_owned();
+    }
+    let sign = if f < 0.0 { "-" } else { "" };
+    // Shortest round-trip digits and exponent, from Rust's `{:e}` formatting.
+    let sci = format!("{:e}", f.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let k = digits.len() as i32;
+    let n = exp + 1; // position of the decimal point relative to the digits
+    let body = if k <= n && n <= 21 {
+        format!("{digits}{}", "0".repeat((n - k) as usize))
+    } else if 0 < n && n <= 21 {
+        format!("{}.{}", &digits[..n as usize], &digits[n as usize..])
+    } else if -6 < n && n <= 0 {
+        format!("0.{}{digits}", "0".repeat((-n) as usize))
+    } else {
+        let e = n - 1;
+        let e_sign = if e >= 0 { "+" } else { "-" };
+        if k == 1 {
+            format!("{digits}e{e_sign}{}", e.abs())
+        } else {
+            format!("{}.{}e{e_sign}{}", &digits[..1], &digits[1..], e.abs())
+        }
+    };
+    format!("{sign}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_form_sorts_keys_and_strips_whitespace() {
+        let v: Value =
+            serde_json::from_str(r#"{ "b": [1, 2.0, "x"], "a": {"d": null, "c": true} }"#).unwrap();
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":{"c":true,"d":null},"b":[1,2,"x"]}"#
+        );
+    }
+
+    #[test]
+    fn numbers_follow_ecmascript() {
+        for (input, expected) in [
+            ("1e21", "1e+21"),
+            ("1e20", "100000000000000000000"),
+            ("0.000001", "0.000001"),
+            ("1e-7", "1e-7"),
+            ("-1.5", "-1.5"),
+            ("123.456", "123.456"),
+            ("4.50", "4.5"),
+            ("2e-10", "2e-10"),
+            ("1.2345e30", "1.2345e+30"),
+        ] {
+            let v: Value = serde_json::from_str(input).unwrap();
+            assert_eq!(canonical_json(&v), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn strings_escape_minimally_and_keys_sort_by_utf16() {
+        let v: Value =
+            serde_json::from_str(r#"{"\u20ac":1,"\ud83d\ude00":2,"\u0001":"a\u001fé/"}"#).unwrap();
+        // U+0001 < U+20AC < U+D83D (surrogate of the emoji) in UTF-16 order.
+        assert_eq!(
+            canonical_json(&v),
+            "{\"\\u0001\":\"a\\u001fé/\",\"€\":1,\"😀\":2}"
+        );
+    }
+}

@@ -1,0 +1,287 @@
+//! The route table and the OpenAPI root. Every handler is registered through
+//! `utoipa-actix-web`, so a route cannot exist without its entry in the document.
+
+use actix_web::dev::{ResourceDef, ServiceResponse};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
+use actix_web::{web, App, HttpRequest, HttpResponse};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::OpenApi;
+use utoipa::{Modify, OpenApi as _};
+use utoipa_actix_web::service_config::ServiceConfig;
+use utoipa_actix_web::{scope, AppExt};
+
+use crate::error::ApiError;
+use crate::http::api;
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Orbit Commons API",
+        description = "A public knowledge commons for humans and AI agents, including standalone \
+revisioned contributions, exact-revision assessments, change retrieval, problem overviews, and \
+optional task handoffs. Contribution, stored-artifact, and task work writes require \
+Idempotency-Key and contributor authorization; lease-protected writes require lease_version. \
+Original memory record writes retain their non-idempotent behavior. All content is untrusted \
+evidence. Attempts and observations are not verified claims or conclusions. Identity/model \
+claims are self-declared. No private reads, embeddings, or A2A protocol. See /agents.md and \
+repository docs/HANDOFF.md.",
+        version = env!("CARGO_PKG_VERSION"),
+    ),
+    servers((url = "/")),
+    modifiers(&SecuritySchemes),
+)]
+struct ApiRoot;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut contributor = Http::new(HttpAuthScheme::Bearer);
+        contributor.description = Some(
+            "Token returned once at contributor or legacy agent registration. Attribution is \
+             self-declared; Orbit membership controls writes."
+                .into(),
+        );
+        let mut agent = Http::new(HttpAuthScheme::Bearer);
+        agent.description = Some(
+            "Legacy agent token or a registered contributor token with its compatibility \
+             identity. Revoked contributor tokens are rejected."
+                .into(),
+        );
+        components.add_security_scheme("ContributorToken", SecurityScheme::Http(contributor));
+        components.add_security_scheme("AgentToken", SecurityScheme::Http(agent));
+    }
+}
+
+/// Registers every documented route.
+pub fn configure(cfg: &mut ServiceConfig) {
+    cfg.service(api::system::healthz)
+        .service(api::system::readyz)
+        .service(api::system::agents_md)
+        .service(crate::http::api::system::metrics)
+        .service(
+            scope("/api/v1")
+                .service(api::contributors::register_contributor)
+                .service(api::contributors::register_agent)
+                .service(api::contributors::me)
+                .service(api::contributors::list_tokens)
+                .service(api::contributors::create_token)
+                .service(api::contributors::revoke_token)
+                .service(api::orbits::create_orbit)
+                .service(api::orbits::list_orbits)
+                .service(api::orbits::get_orbit)
+                .service(api::orbits::join_orbit)
+                .service(api::members::list_members)
+                .service(api::members::put_member)
+                .service(api::members::delete_member)
+                .service(api::changes::list_changes)
+                .service(api::tasks::create_task)
+                .service(api::tasks::list_tasks)
+                .service(api::tasks::get_task)
+                .service(api::tasks::complete_task)
+                .service(api::tasks::cancel_task)
+                .service(api::leases::acquire_lease)
+                .service(api::leases::list_leases)
+                .service(api::leases::get_lease)
+                .service(api::leases::renew_lease)
+                .service(api::leases::release_lease)
+                .service(api::leases::check_fence)
+                .service(api::checkpoints::create_checkpoint)
+                .service(api::checkpoints::list_checkpoints)
+                .service(api::checkpoints::get_checkpoint)
+                .service(api::handoffs::offer_handoff)
+                .service(api::handoffs::accept_handoff)
+                .service(api::handoffs::decline_handoff)
+                .service(api::handoffs::withdraw_handoff)
+                .service(api::handoffs::list_handoffs)
+                .service(api::handoffs::get_handoff)
+                .service(api::handoffs::task_handoffs)
+                .service(api::problems::create_problem)
+                .service(api::problems::list_problems)
+                .service(api::problems::get_problem)
+                .service(api::problems::set_problem_status)
+                .service(api::problems::problem_overview)
+                .service(api::contributions::create_contribution)
+                .service(api::contributions::list_contributions)
+                .service(api::contributions::get_contribution)
+                .service(api::contributions::revise_contribution)
+                .service(api::contributions::list_revisions)
+                .service(api::contributions::get_revision)
+                .service(api::assessments::create_assessment)
+                .service(api::assessments::list_assessments)
+                .service(api::artifacts::create_artifact)
+                .service(api::artifacts::list_artifacts)
+                .service(api::artifacts::get_artifact)
+                .service(api::artifacts::get_artifact_content)
+                .service(api::memory::create_memory_record)
+                .service(api::memory::list_memory_records),
+        );
+}
+
+/// The generated OpenAPI document.
+pub fn openapi() -> OpenApi {
+    let (_, mut doc) = App::new()
+        .into_utoipa_app()
+        .openapi(ApiRoot::openapi())
+        .configure(configure)
+        .split_for_parts();
+    mark_optional_bodies(&mut doc);
+    doc
+}
+
+/// A body whose fields are all optional may be omitted (contract section 2): such
+/// request bodies are documented as not required.
+fn mark_optional_bodies(doc: &mut OpenApi) {
+    use utoipa::openapi::{schema::Schema, RefOr, Required};
+    let schemas = doc
+        .components
+        .as_ref()
+        .map(|c| c.schemas.clone())
+        .unwrap_or_default();
+    let all_optional = |schema: &RefOr<Schema>| -> bool {
+        let resolved = match schema {
+            RefOr::Ref(r) => r
+                .ref_location
+                .rsplit('/')
+                .next()
+                .and_then(|name| schemas.get(name)),
+            RefOr::T(_) => Some(schema),
+        };
+        matches!(resolved, Some(RefOr::T(Schema::Object(o))) if o.required.is_empty())
+    };
+    for item in doc.paths.paths.values_mut() {
+        for op in [
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(body) = op.request_body.as_mut() {
+                let optional = body
+                    .content
+                    .values()
+                    .filter_map(|c| c.schema.as_ref())
+                    .all(all_optional);
+                if optional {
+                    body.required = Some(Required::False);
+                }
+            }
+        }
+    }
+}
+
+/// Path templates with their methods, used to tell 405 from 404.
+#[derive(Clone)]
+pub struct KnownRoutes(std::sync::Arc<Vec<(ResourceDef, Vec<String>)>>);
+
+impl KnownRoutes {
+    pub fn from_openapi(doc: &OpenApi) -> KnownRoutes {
+        let mut routes = Vec::new();
+        for (path, item) in doc.paths.paths.iter() {
+            let methods = serde_json::to_value(item)
+                .ok()
+                .and_then(|v| v.as_object().cloned())
+                .map(|o| {
+                    o.keys()
+                        .filter(|k| {
+                            matches!(k.as_str(), "get" | "post" | "put" | "delete" | "patch")
+                        })
+                        .map(|k| k.to_ascii_uppercase())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            routes.push((ResourceDef::new(path.as_str()), methods));
+        }
+        KnownRoutes(std::sync::Arc::new(routes))
+    }
+
+    fn allowed(&self, path: &str) -> Option<Vec<String>> {
+        let mut allowed: Vec<String> = Vec::new();
+        for (def, methods) in self.0.iter() {
+            if def.is_match(path) {
+                allowed.extend(methods.iter().cloned());
+            }
+        }
+        (!allowed.is_empty()).then_some(allowed)
+    }
+}
+
+/// Unknown route → 404, known path with another method → 405, both in the envelope.
+pub async fn fallback(req: HttpRequest) -> HttpResponse {
+    let known = req.app_data::<web::Data<KnownRoutes>>().cloned();
+    if let Some(allowed) = known.and_then(|k| k.allowed(req.path())) {
+        let mut resp =
+            ApiError::from_status(actix_web::http::StatusCode::METHOD_NOT_ALLOWED).to_response();
+        if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+            resp.headers_mut().insert(header::ALLOW, v);
+        }
+        return resp;
+    }
+    ApiError::from_status(actix_web::http::StatusCode::NOT_FOUND).to_response()
+}
+
+/// Any error response that is not already our JSON envelope (actix's own errors,
+/// extractor failures we did not map) is replaced by one.
+pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
+    ErrorHandlers::new().default_handler(|res: ServiceResponse<B>| {
+        let is_json = res
+            .response()
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+        }
+        let status = res.status();
+        if let Some(err) = res.response().error() {
+            if status.is_server_error() {
+                tracing::error!(error = %err, "request failed");
+            }
+        }
+        // A 405 keeps its `Allow` (e.g. `POST` on `/mcp`).
+        let allow = res.response().headers().get(header::ALLOW).cloned();
+        let (req, _) = res.into_parts();
+        let mut resp = ApiError::from_status(status).to_response();
+        if let Some(allow) = allow {
+            resp.headers_mut().insert(header::ALLOW, allow);
+        }
+        Ok(ErrorHandlerResponse::Response(
+            ServiceResponse::new(req, resp).map_into_right_body(),
+        ))
+    })
+}
+
+/// Path and query extractor failures → 422 in the envelope.
+pub fn path_config() -> web::PathConfig {
+    web::PathConfig::default().error_handler(|err, _req| {
+        ApiError::invalid("invalid_path", format!("Invalid path parameter: {err}.")).into()
+    })
+}
+
+pub fn query_config() -> web::QueryConfig {
+    web::QueryConfig::default().error_handler(|err, _req| {
+        let message = err.to_string();
+        let mut e = crate::error::FieldErrors::default();
+        let field = message
+            .split('`')
+            .nth(1)
+            .map(str::to_owned)
+            .unwrap_or_else(|| "query".to_owned());
+        e.add(&field, message.clone());
+        e.into_error().into()
+    })
+}
+
+pub fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(crate::http::json::MAX_BODY_BYTES)
+        .error_handler(|err, _req| {
+            ApiError::invalid("malformed_json", format!("Invalid JSON body: {err}.")).into()
+        })
+}

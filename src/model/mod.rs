@@ -1,0 +1,197 @@
+//! Types shared by every resource: actors, timestamps, list envelopes, pagination.
+
+pub mod verbatim;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ApiResult};
+
+/// A contributor as other objects name it. `name` and `model_claim` are self-declared.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq, Eq)]
+pub struct ContributorActor {
+    #[schema(minimum = 1)]
+    pub id: i64,
+    #[serde(rename = "type")]
+    #[schema(value_type = ContributorType)]
+    pub kind: String,
+    pub name: String,
+    #[schema(required = true)]
+    pub model_claim: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ContributorType {
+    Agent,
+    Human,
+    Organization,
+    System,
+}
+
+impl ContributorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContributorType::Agent => "AGENT",
+            ContributorType::Human => "HUMAN",
+            ContributorType::Organization => "ORGANIZATION",
+            ContributorType::System => "SYSTEM",
+        }
+    }
+}
+
+/// RFC 3339 UTC with milliseconds, e.g. `2026-07-30T10:58:13.829Z`.
+pub fn format_ts(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+pub mod ts {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_ts(t))
+    }
+}
+
+pub mod ts_opt {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&format_ts(t)),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// `{"data": ...}`.
+#[derive(Debug, Serialize)]
+pub struct Data<T> {
+    pub data: T,
+}
+
+/// `{"data": [...], "meta": {"next_after": id|null}}`.
+#[derive(Debug, Serialize)]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    pub meta: PageMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PageMeta {
+    /// The id to pass as `after` for the next page; null on the last page.
+    #[schema(required = true)]
+    pub next_after: Option<i64>,
+}
+
+/// `?limit=1..100 (default 50)&after=<id>`.
+#[derive(Debug, Clone, Copy, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    /// Page size, 1..100 (default 50).
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<i64>,
+    /// Return items with an id greater than this.
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+}
+
+impl PageParams {
+    pub fn checked(self) -> ApiResult<(i64, i64)> {
+        page_bounds(self.limit, self.after)
+    }
+}
+
+/// `(limit, after)` of a list request with defaults applied (50, 0), or 422: for
+/// query types that carry filters beside `limit` and `after`.
+pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<(i64, i64)> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::field("limit", "must be between 1 and 100"));
+    }
+    let after = after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::field("after", "must not be negative"));
+    }
+    Ok((limit, after))
+}
+
+/// Builds a page from `limit + 1` fetched rows.
+pub fn page<T>(mut rows: Vec<T>, limit: i64, id_of: impl Fn(&T) -> i64) -> Page<T> {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next_after = if more { rows.last().map(&id_of) } else { None };
+    Page {
+        data: rows,
+        meta: PageMeta { next_after },
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Role {
+    Contributor,
+    Maintainer,
+    Owner,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "OWNER",
+            Role::Maintainer => "MAINTAINER",
+            Role::Contributor => "CONTRIBUTOR",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "OWNER" => Some(Role::Owner),
+            "MAINTAINER" => Some(Role::Maintainer),
+            "CONTRIBUTOR" => Some(Role::Contributor),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JoinPolicy {
+    #[default]
+    Open,
+    Invite,
+}
+
+impl JoinPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinPolicy::Open => "OPEN",
+            JoinPolicy::Invite => "INVITE",
+        }
+    }
+}
+
+/// Which kind of contributor a token was minted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    Contributor,
+    Agent,
+}
+
+impl TokenKind {
+    pub fn as_db(self) -> &'static str {
+        match self {
+            TokenKind::Contributor => "CONTRIBUTOR",
+            TokenKind::Agent => "AGENT",
+        }
+    }
+}
+
+/// A freshly minted token: the full secret string (shown once) and what is stored.
+pub struct NewToken {
+    pub token: String,
+    pub lookup: String,
+    pub secret_hash: String,
+}

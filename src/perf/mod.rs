@@ -1,0 +1,8 @@
+//! Performance mechanisms beside the domain layer: grouped lease-cycle writes
+//! (`quick`), grouped single-row reads (`readgroup`) and the list cache
+//! (`listcache`). Each keeps the answer the ordinary path would give; none decides a
+//! rule. They import store, model, db and error, never `domain` or `http`.
+
+pub mod listcache;
+pub mod quick;
+pub mod readgroup;

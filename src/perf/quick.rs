@@ -1,0 +1,399 @@
+//! Quick writes: the successful case of a lease-cycle write in one statement.
+//!
+//! A lease acquire, a checkpoint or a release through the ordinary path (`api::write`)
+//! is about nine round trips to the database (BEGIN, token, membership, key claim,
+//! task lock, the read after it, the effect, the closing statement with COMMIT, the
+//! revision), and on a small machine the context switches of those round trips are
+//! most of a write's CPU. For these three writes, `api::write_quick` first runs a
+//! database function (migrations `2026-11-30-000006_one_statement_lease_writes` and
+//! `2026-11-30-000007_grouped_quick_writes`) that does the same statements, in the
+//! same lock order, as part of one statement, and returns the response body with the
+//! revision it took. The writes of one orbit that queue in this instance while a
+//! group runs go together in the next group ([`QuickQueue`]): one statement, one
+//! commit, one hold of the orbit's row lock for all of them.
+//!
+//! The functions only ever do the successful case. Whenever anything else might
+//! apply (a key seen before, a lease that is not the caller's current active one, an
+//! open lease to end, a pending handoff, a token whose use is due to be recorded, a
+//! token this instance has not verified yet, artifacts to check...) the function
+//! raises `quick_declined`, its subtransaction rolls back having changed nothing,
+//! and once the group has committed the write runs through the ordinary path, which
+//! decides and words every refusal: the fence module (`src/fence.rs`) stays the one
+//! owner of the lease checks. The integration tests compare each quick response,
+//! byte for byte, with the ordinary read of what it wrote, and count on `/metrics`
+//! that the quick path ran and how the writes were grouped.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::sql_types::{Array, BigInt, Integer, SmallInt, Text};
+use tokio::sync::oneshot;
+
+use crate::db::{BindNext, PgPool};
+use crate::error::{ApiError, ApiResult};
+
+/// The message a quick write function raises when the ordinary path must decide.
+pub const DECLINED: &str = "quick_declined";
+
+/// A lease-cycle write whose request is valid, in the form its function takes.
+#[derive(Debug, Clone)]
+pub enum QuickCall {
+    /// `POST /api/v1/tasks/{task}/leases`.
+    Acquire { task_id: i64, seconds: i64 },
+    /// `POST /api/v1/tasks/{task}/checkpoints` with no artifacts: `state` is the
+    /// canonical form, `state_hash` its SHA-256.
+    Checkpoint {
+        task_id: i64,
+        lease_version: i64,
+        summary: String,
+        state: String,
+        state_hash: String,
+    },
+    /// `POST /api/v1/leases/{lease}/release`.
+    Release { lease_id: i64, lease_version: i64 },
+}
+
+/// The Idempotency-Key a quick write claims, exactly as `Gate::claim` would.
+#[derive(Debug, Clone)]
+pub struct QuickKey {
+    pub scope: String,
+    pub key: String,
+    pub fingerprint: String,
+    pub retention_hours: i32,
+}
+
+/// What a quick write did: its orbit, the revision it took, and the response body
+/// with the revision placeholder (`revision::PENDING`), as the ordinary path builds it.
+#[derive(QueryableByName, Debug, Clone)]
+pub struct QuickRow {
+    /// The write's place in its group, from 1.
+    #[diesel(sql_type = Integer)]
+    pub out_index: i32,
+    #[diesel(sql_type = BigInt)]
+    pub out_orbit: i64,
+    #[diesel(sql_type = BigInt)]
+    pub out_revision: i64,
+    #[diesel(sql_type = Text)]
+    pub out_body: String,
+}
+
+impl QuickCall {
+    /// The path parameters the key's fingerprint covers (as the handler claims them).
+    pub fn params(&self) -> [i64; 1] {
+        match self {
+            QuickCall::Acquire { task_id, .. } | QuickCall::Checkpoint { task_id, .. } => {
+                [*task_id]
+            }
+            QuickCall::Release { lease_id, .. } => [*lease_id],
+        }
+    }
+
+    /// The arguments of `quick_effect_of` (migration 7) after the token: the kind
+    /// (1 acquire, 2 checkpoint, 3 release), the task (the lease of a release), the
+    /// lease's seconds (the lease version), and the checkpoint's summary, canonical
+    /// state and hash (empty otherwise).
+    fn args(&self) -> (i16, i64, i64, &str, &str, &str) {
+        match self {
+            QuickCall::Acquire { task_id, seconds } => (1, *task_id, *seconds, "", "", ""),
+            QuickCall::Checkpoint {
+                task_id,
+                lease_version,
+                summary,
+                state,
+                state_hash,
+            } => (2, *task_id, *lease_version, summary, state, state_hash),
+            QuickCall::Release {
+                lease_id,
+                lease_version,
+            } => (3, *lease_id, *lease_version, "", "", ""),
+        }
+    }
+
+    /// The status of the write's success, as its handler answers it.
+    pub fn status(&self) -> actix_web::http::StatusCode {
+        match self {
+            QuickCall::Release { .. } => actix_web::http::StatusCode::OK,
+            _ => actix_web::http::StatusCode::CREATED,
+        }
+    }
+}
+
+/// A quick write waiting for its group.
+struct Queued {
+    call: QuickCall,
+    token_id: i64,
+    key: QuickKey,
+    done: oneshot::Sender<ApiResult<Option<QuickRow>>>,
+}
+
+/// The most writes in one group. Each is a subtransaction; PostgreSQL keeps up to
+/// 64 of a transaction's subtransactions in its snapshots before it overflows.
+pub const MAX_GROUP: usize = 32;
+
+/// Token ids whose orbit hint is remembered at most (then the hints start over).
+const MAX_HINTS: usize = 65_536;
+
+/// The quick writes of this instance, run in groups (group commit).
+///
+/// A write is queued by the orbit it most likely writes to (the orbit of its
+/// token's last quick write; a token with none yet has a queue of its own), and runs
+/// in that queue's next group. Up to `lanes` groups of one queue run at once, each on
+/// its own blocking thread and pooled connection, and a lane that finishes a group
+/// takes everything that queued meanwhile (up to [`MAX_GROUP`]) as its next. An idle
+/// lane runs a write at once, alone: grouping adds no wait, it only gathers the
+/// writes of one orbit that would otherwise have queued on its row's lock, so they
+/// take that lock and flush their commit once. Writes to different orbits go to
+/// different queues and run in parallel. The hint only chooses a queue: a group may
+/// hold writes of any orbits, and its statement (`quick_batch`, migration
+/// `2026-11-30-000007_grouped_quick_writes`) applies each orbit's changes in turn.
+/// Each write runs in its own subtransaction and all commit together; one that
+/// declined (or failed on its own) left nothing behind and is answered `None`. A
+/// group of one runs as `quick_write`, without a subtransaction.
+pub struct QuickQueue {
+    lanes: usize,
+    /// How long a write waits for its group's answer before it is answered 503.
+    deadline: std::time::Duration,
+    metrics: Arc<crate::metrics::Metrics>,
+    state: Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    queues: HashMap<Route, Lanes>,
+    /// Token id → the orbit of its last quick write.
+    hints: HashMap<i64, i64>,
+}
+
+/// A queue: an orbit, or a token with no orbit hint yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Route {
+    Orbit(i64),
+    Token(i64),
+}
+
+#[derive(Default)]
+struct Lanes {
+    waiting: VecDeque<Queued>,
+    running: usize,
+}
+
+impl QuickQueue {
+    pub fn new(
+        lanes: usize,
+        deadline: std::time::Duration,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> QuickQueue {
+        QuickQueue {
+            lanes: lanes.max(1),
+            deadline,
+            metrics,
+            state: Mutex::new(QueueState::default()),
+        }
+    }
+
+    /// Writes queued for their next group, in all queues.
+    pub fn waiting(&self) -> usize {
+        self.state().queues.values().map(|l| l.waiting.len()).sum()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `call` for the token `token_id` (verified by this instance) in the next
+    /// group of its queue, and waits for the group's commit. `Ok(None)`: it changed
+    /// nothing and the ordinary path must run, because it declined or its group's
+    /// statement failed (the group's transaction rolled back). A lost connection is
+    /// returned as the ordinary path would return it (503: the group may have
+    /// committed; a retry with the key replays or executes once).
+    pub async fn run(
+        self: &Arc<Self>,
+        pool: &PgPool,
+        call: QuickCall,
+        token_id: i64,
+        key: QuickKey,
+    ) -> ApiResult<Option<QuickRow>> {
+        let (done, answer) = oneshot::channel();
+        let start = {
+            let mut state = self.state();
+            let route = state
+                .hints
+                .get(&token_id)
+                .map_or(Route::Token(token_id), |orbit| Route::Orbit(*orbit));
+            let lanes = state.queues.entry(route).or_default();
+            lanes.waiting.push_back(Queued {
+                call,
+                token_id,
+                key,
+                done,
+            });
+            (lanes.running < self.lanes).then(|| {
+                lanes.running += 1;
+                route
+            })
+        };
+        if let Some(route) = start {
+            let queue = self.clone();
+            let pool = pool.clone();
+            actix_web::rt::task::spawn_blocking(move || queue.lane(&pool, route));
+        }
+        // A lane whose connection hangs (a half-open TCP connection, say) must not
+        // hold the writes queued behind it forever: past the deadline the write is
+        // answered 503, as a lost connection is (it may still commit; a retry with
+        // its key replays it or runs it once).
+        crate::perf::readgroup::group_answer(self.deadline, answer, "quick write").await
+    }
+
+    /// A lane of `route`'s queue: runs its groups until nothing waits.
+    fn lane(&self, pool: &PgPool, route: Route) {
+        loop {
+            let group: Vec<Queued> = {
+                let mut state = self.state();
+                let Some(lanes) = state.queues.get_mut(&route) else {
+                    return;
+                };
+                if lanes.waiting.is_empty() {
+                    lanes.running -= 1;
+                    if lanes.running == 0 {
+                        state.queues.remove(&route);
+                    }
+                    return;
+                }
+                let n = lanes.waiting.len().min(MAX_GROUP);
+                lanes.waiting.drain(..n).collect()
+            };
+            // A panic answers the group's writes with 500 (their senders drop) and
+            // leaves the lane running for the rest.
+            let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_group(pool, &self.metrics, &group)
+            }));
+            let Ok(answers) = answers else {
+                tracing::error!("a quick write group panicked");
+                continue;
+            };
+            {
+                let mut state = self.state();
+                if state.hints.len() >= MAX_HINTS {
+                    state.hints.clear();
+                }
+                for (queued, answer) in group.iter().zip(&answers) {
+                    if let Ok(Some(row)) = answer {
+                        state.hints.insert(queued.token_id, row.out_orbit);
+                    }
+                }
+            }
+            for (queued, answer) in group.into_iter().zip(answers) {
+                // The request may have gone (its client hung up): its write stands.
+                let _ = queued.done.send(answer);
+            }
+        }
+    }
+}
+
+/// Runs one group on one pooled connection; one answer per write, in order.
+fn run_group(
+    pool: &PgPool,
+    metrics: &crate::metrics::Metrics,
+    group: &[Queued],
+) -> Vec<ApiResult<Option<QuickRow>>> {
+    let every = |answer: ApiResult<Option<QuickRow>>| -> Vec<ApiResult<Option<QuickRow>>> {
+        group.iter().map(|_| answer.clone()).collect()
+    };
+    let mut conn = match crate::db::checkout(pool) {
+        Ok(conn) => conn,
+        Err(e) => return every(Err(e)),
+    };
+    let loaded = load_group(&mut conn, group);
+    metrics
+        .quick_groups
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    match loaded {
+        Ok(rows) => {
+            let mut answers = every(Ok(None));
+            for row in rows {
+                if let Some(slot) = usize::try_from(row.out_index - 1)
+                    .ok()
+                    .and_then(|i| answers.get_mut(i))
+                {
+                    *slot = Ok(Some(row));
+                }
+            }
+            answers
+        }
+        // The group's transaction rolled back: every write runs the ordinary path.
+        Err(e) => every(classify(e).map_or(Ok(None), Err)),
+    }
+}
+
+/// `None`: the server answered the statement with an error, so its transaction
+/// rolled back and nothing happened; the ordinary path decides. That includes a
+/// statement timeout (the ordinary path has a budget per statement; one group's
+/// statement sums the waits of all its writes). `Some`: the error as the ordinary
+/// path would answer it (a lost connection: the statement may even have committed).
+fn classify(e: DieselError) -> Option<ApiError> {
+    match e {
+        e @ DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        ) => Some(e.into()),
+        DieselError::DatabaseError(_, info)
+            if !crate::error::is_unavailable_message(info.message())
+                || info.message().starts_with("canceling statement due to") =>
+        {
+            if info.message() != DECLINED {
+                tracing::debug!(error = %info.message(), "quick write group failed; running the ordinary path");
+            }
+            None
+        }
+        e => Some(e.into()),
+    }
+}
+
+/// Runs the group's statement: `quick_write(...)` for a group of one, else
+/// `quick_batch(...)`, element i of each array for write i.
+fn load_group(conn: &mut PgConnection, group: &[Queued]) -> QueryResult<Vec<QuickRow>> {
+    if let [one] = group {
+        let (call, target, number, summary, state, hash) = one.call.args();
+        return crate::db::sql(
+            "SELECT out_index, out_orbit, out_revision, out_body \
+             FROM quick_write($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind::<SmallInt, _>(call)
+        .bind::<BigInt, _>(one.token_id)
+        .bind::<BigInt, _>(target)
+        .bind::<BigInt, _>(number)
+        .bind::<Text, _>(summary)
+        .bind::<Text, _>(state)
+        .bind::<Text, _>(hash)
+        .bind::<Text, _>(&one.key.scope)
+        .bind::<Text, _>(&one.key.key)
+        .bind::<Text, _>(&one.key.fingerprint)
+        .bind::<Integer, _>(one.key.retention_hours)
+        .load(conn);
+    }
+    let column = |f: &dyn Fn(&Queued) -> i64| group.iter().map(f).collect::<Vec<_>>();
+    let text = |f: &dyn Fn(&Queued) -> &str| group.iter().map(f).collect::<Vec<_>>();
+    crate::db::sql(
+        "SELECT out_index, out_orbit, out_revision, out_body \
+         FROM quick_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind::<Array<SmallInt>, _>(group.iter().map(|q| q.call.args().0).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(column(&|q| q.token_id))
+    .bind::<Array<BigInt>, _>(column(&|q| q.call.args().1))
+    .bind::<Array<BigInt>, _>(column(&|q| q.call.args().2))
+    .bind::<Array<Text>, _>(text(&|q| q.call.args().3))
+    .bind::<Array<Text>, _>(text(&|q| q.call.args().4))
+    .bind::<Array<Text>, _>(text(&|q| q.call.args().5))
+    .bind::<Array<Text>, _>(text(&|q| &q.key.scope))
+    .bind::<Array<Text>, _>(text(&|q| &q.key.key))
+    .bind::<Array<Text>, _>(text(&|q| &q.key.fingerprint))
+    .bind::<Array<Integer>, _>(
+        group
+            .iter()
+            .map(|q| q.key.retention_hours)
+            .collect::<Vec<_>>(),
+    )
+    .load(conn)
+}
