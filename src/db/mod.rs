@@ -111,7 +111,10 @@ pub fn build_pool(url: &str, size: u32, timeout: Duration) -> PgPool {
         .build_unchecked(manager)
 }
 
-/// Applies the embedded migrations under an advisory lock.
+/// The service's SQL functions (code, no data), re-applied at every start.
+pub const FUNCTIONS: &str = include_str!("functions.sql");
+
+/// Applies the embedded migrations, then [`FUNCTIONS`], under an advisory lock.
 pub fn migrate(url: &str) -> Result<usize, String> {
     let mut conn =
         PgConnection::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
@@ -120,7 +123,12 @@ pub fn migrate(url: &str) -> Result<usize, String> {
     let result = conn
         .run_pending_migrations(MIGRATIONS)
         .map(|applied| applied.len())
-        .map_err(|e| format!("migration failed: {e}"));
+        .map_err(|e| format!("migration failed: {e}"))
+        .and_then(|applied| {
+            conn.batch_execute(FUNCTIONS)
+                .map_err(|e| format!("cannot apply src/db/functions.sql: {e}"))?;
+            Ok(applied)
+        });
     let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"));
     result
 }

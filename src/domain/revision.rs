@@ -19,7 +19,7 @@ pub const NOTIFY_CHANNEL: &str = "orbit_changes";
 pub const PENDING: i64 = -9_223_372_036_854_775_807;
 
 /// The placeholder field as it appears in a compact JSON body (`apply_change` in
-/// the migrations replaces the same text).
+/// src/db/functions.sql replaces the same text).
 const PENDING_FIELD: &str = "\"orbit_revision\":-9223372036854775807";
 
 /// What a write did, for the change feed.
@@ -168,9 +168,8 @@ mod tests {
         assert!(no_key.ends_with(", NULL, 0, '\\x')"));
     }
 
-    /// The migration that defines `apply_change`.
-    const APPLY_CHANGE_SQL: &str =
-        include_str!("../../migrations/2026-11-30-000006_one_statement_lease_writes/up.sql");
+    /// The file that defines `apply_change`.
+    const APPLY_CHANGE_SQL: &str = crate::db::FUNCTIONS;
 
     #[test]
     fn apply_change_fills_the_same_placeholder() {

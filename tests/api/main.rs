@@ -4,6 +4,7 @@ mod auth;
 mod changes;
 mod embedded;
 mod errors;
+mod functions;
 mod handoffs;
 mod harness;
 mod idempotency;

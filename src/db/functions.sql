@@ -1,0 +1,349 @@
+-- The service's SQL functions: code, no data. Applied with CREATE OR REPLACE after
+-- the migrations, under the migration lock, every time an instance starts
+-- (`db::migrate`), so a change to a function is an edit here, never a migration
+-- that restates the function (and a down.sql that restates the old one). A
+-- migration still creates what holds data (tables, indexes, types such as
+-- `quick_effect`); a function whose arguments or result type change needs a
+-- `DROP FUNCTION IF EXISTS` of the old signature just above its new definition.
+--
+-- What they decide: `apply_change` is the one place a change is applied (revision,
+-- change row, stored response) for both write paths; `claim_key` is the one key
+-- claim of both paths; the quick_* functions run the successful case of the lease
+-- cycle in groups (`perf::quick`, docs/ARCHITECTURE.md "Quick writes") and decline
+-- (`quick_declined`) everything else to the ordinary path, which decides and words
+-- every refusal. The checks they restate from `domain::fence` are held to it by
+-- tests/api/quick.rs, byte for byte.
+
+-- The one place a change is applied: the orbit's revision advances by one (its row
+-- lock orders the orbit's writers, so revisions are dense), the change row is
+-- appended and, for a keyed write, the response is stored with the revision in place
+-- of the placeholder the body was built with (`revision::PENDING`). The ordinary path
+-- calls it from the prepared `orbit_apply` (`revision::APPLY_PREPARE`).
+CREATE OR REPLACE FUNCTION apply_change(
+    p_orbit bigint, p_kind text, p_entity_type text, p_entity_id bigint, p_task bigint,
+    p_contributor bigint, p_summary text, p_key bigint, p_status int2, p_body bytea)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_revision bigint;
+BEGIN
+    UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit
+        RETURNING revision INTO STRICT v_revision;
+    INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
+                         contributor_id, summary, created_at)
+    VALUES (p_orbit, v_revision, p_kind, p_entity_type, p_entity_id, p_task,
+            p_contributor, p_summary, clock_timestamp());
+    IF p_key IS NOT NULL THEN
+        UPDATE idempotency_keys
+        SET response_status = p_status,
+            response_body = convert_to(replace(convert_from(p_body, 'UTF8'),
+                '"orbit_revision":-9223372036854775807',
+                '"orbit_revision":' || v_revision), 'UTF8')
+        WHERE id = p_key;
+    END IF;
+    RETURN v_revision;
+END $$;
+
+-- The one place an Idempotency-Key is claimed (`Gate::claim` calls it, and so do the
+-- quick writes): inserts the key row with an empty response, or takes over a row
+-- whose retention ran out. Returns the row's id, or NULL when the key is held (a
+-- completed request, or one still in flight: then this waits for its row's lock,
+-- up to `lock_timeout`). `created_at` and `expires_at` come from one clock reading.
+CREATE OR REPLACE FUNCTION claim_key(p_contributor bigint, p_scope text, p_key text,
+                          p_fingerprint text, p_retention int) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    INSERT INTO idempotency_keys AS k
+        (contributor_id, operation, key, fingerprint, response_status, response_body,
+         created_at, expires_at)
+    SELECT p_contributor, p_scope, p_key, p_fingerprint, 0, '', c.t,
+           c.t + make_interval(hours => p_retention)
+    FROM (SELECT clock_timestamp() AS t) AS c
+    ON CONFLICT (contributor_id, operation, key) DO UPDATE
+        SET fingerprint = EXCLUDED.fingerprint, response_status = 0, response_body = '',
+            created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= clock_timestamp()
+    RETURNING k.id INTO v_key;
+    RETURN v_key;
+END $$;
+
+-- Timestamps as the API writes them (`api::types::format_ts`): RFC 3339, UTC,
+-- milliseconds (truncated), `Z`.
+CREATE OR REPLACE FUNCTION json_ts(t timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- A contributor as other objects name it (`model::ContributorActor`).
+CREATE OR REPLACE FUNCTION json_actor(c contributors) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT '{"id":' || c.id || ',"type":' || to_json(c.type)::text
+        || ',"name":' || to_json(c.name)::text
+        || ',"model_claim":' || COALESCE(to_json(c.model_claim)::text, 'null') || '}'
+$$;
+
+-- A lease response body (`store::tasks::Lease`, field for field), with the revision
+-- placeholder.
+-- (VOLATILE: it reads the clock, and so it is inlined into its caller's query.)
+CREATE OR REPLACE FUNCTION json_lease_response(l leases, c contributors) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT '{"data":{"id":' || l.id || ',"task_id":' || l.task_id
+        || ',"contributor":' || json_actor(c)
+        || ',"lease_version":' || l.lease_version
+        || ',"acquired_at":"' || json_ts(l.acquired_at)
+        || '","expires_at":"' || json_ts(l.expires_at)
+        || '","renewed_at":' || COALESCE('"' || json_ts(l.renewed_at) || '"', 'null')
+        || ',"released_at":' || COALESCE('"' || json_ts(l.released_at) || '"', 'null')
+        || ',"is_active":'
+        || CASE WHEN l.end_reason IS NULL AND l.expires_at > clock_timestamp()
+                THEN 'true' ELSE 'false' END
+        || ',"end_reason":' || COALESCE(to_json(COALESCE(l.end_reason,
+               CASE WHEN l.expires_at <= clock_timestamp() THEN 'EXPIRED' END))::text, 'null')
+        || ',"orbit_revision":-9223372036854775807}}'
+$$;
+
+-- The caller of a quick write: the token this instance has already verified (its
+-- id), still unrevoked, whose use was recorded less than a minute ago (otherwise the
+-- ordinary path records it).
+CREATE OR REPLACE FUNCTION quick_caller(p_token bigint) RETURNS contributors
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors;
+BEGIN
+    SELECT c.* INTO v_caller
+    FROM tokens k JOIN contributors c ON c.id = k.contributor_id
+    WHERE k.id = p_token AND k.revoked_at IS NULL
+      AND k.last_used_at > clock_timestamp() - interval '60 seconds';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    RETURN v_caller;
+END $$;
+
+-- The common start of a quick write on a task, after the caller: their membership in
+-- the task's orbit, the key's claim (`claim_key`; only a new key: one seen before
+-- is declined), then the task row `FOR UPDATE` (`fence::lock`) and the database clock
+-- read after the lock was granted.
+CREATE OR REPLACE FUNCTION quick_task(
+    p_caller bigint, p_task bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT orbit_id bigint, OUT key_id bigint, OUT status text, OUT lease_version bigint,
+    OUT now timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tasks t
+                   JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = p_caller
+                   WHERE t.id = p_task) THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    key_id := claim_key(p_caller, p_scope, p_key, p_fingerprint, p_retention);
+    IF key_id IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    SELECT t.orbit_id, t.status, t.lease_version INTO STRICT orbit_id, status, lease_version
+    FROM tasks t WHERE t.id = p_task FOR UPDATE;
+    now := clock_timestamp();
+END $$;
+
+-- POST /api/v1/tasks/{task}/leases (`api::leases::acquire`): a member acquires an
+-- OPEN task with no open lease and no pending handoff.
+CREATE OR REPLACE FUNCTION quick_acquire_effect(
+    p_token bigint, p_task bigint, p_seconds bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_task record;
+    v_lease leases;
+BEGIN
+    SELECT * INTO v_task
+    FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
+    IF v_task.status <> 'OPEN'
+       OR EXISTS (SELECT 1 FROM leases WHERE task_id = p_task
+                  AND lease_version = v_task.lease_version AND end_reason IS NULL)
+       OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    UPDATE tasks SET lease_version = v_task.lease_version + 1, updated_at = v_task.now
+    WHERE id = p_task;
+    INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at,
+                        expires_at)
+    VALUES (p_task, v_task.orbit_id, v_caller.id, v_task.lease_version + 1, v_task.now,
+            v_task.now + make_interval(secs => p_seconds))
+    RETURNING * INTO v_lease;
+    RETURN ROW(NULL, v_task.orbit_id, 'lease.acquired', 'lease', v_lease.id, p_task,
+        v_caller.id, 'lease v' || v_lease.lease_version || ' acquired on task ' || p_task,
+        v_task.key_id, 201, json_lease_response(v_lease, v_caller))::quick_effect;
+END $$;
+
+-- POST /api/v1/tasks/{task}/checkpoints (`api::checkpoints::create`) without
+-- artifacts: the caller's active lease is the task's current one and no handoff is
+-- pending. `p_state` is the canonical form of the state, `p_hash` its SHA-256.
+CREATE OR REPLACE FUNCTION quick_checkpoint_effect(
+    p_token bigint, p_task bigint, p_lease_version bigint, p_summary text,
+    p_state text, p_hash text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_task record;
+    v_sequence bigint;
+    v_checkpoint checkpoints;
+BEGIN
+    SELECT * INTO v_task
+    FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
+    IF v_task.lease_version <> p_lease_version
+       OR NOT EXISTS (SELECT 1 FROM leases WHERE task_id = p_task
+                      AND lease_version = p_lease_version AND contributor_id = v_caller.id
+                      AND end_reason IS NULL AND expires_at > v_task.now)
+       OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = v_task.now
+    WHERE id = p_task
+    RETURNING checkpoint_sequence INTO v_sequence;
+    INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, summary,
+                             state, state_hash, artifact_ids, created_at)
+    VALUES (p_task, v_task.orbit_id, p_lease_version, v_sequence, v_caller.id, p_summary,
+            p_state, p_hash, '{}', v_task.now)
+    RETURNING * INTO v_checkpoint;
+    -- The body is `store::tasks::Checkpoint`, field for field.
+    RETURN ROW(NULL, v_task.orbit_id, 'checkpoint.created', 'checkpoint', v_checkpoint.id,
+        p_task, v_caller.id,
+        'checkpoint ' || v_sequence || ' of task ' || p_task || ' under lease v'
+            || p_lease_version,
+        v_task.key_id, 201,
+        '{"data":{"id":' || v_checkpoint.id || ',"task_id":' || p_task
+        || ',"orbit_id":' || v_task.orbit_id || ',"lease_version":' || p_lease_version
+        || ',"sequence":' || v_sequence || ',"author":' || json_actor(v_caller)
+        || ',"summary":' || to_json(p_summary)::text || ',"state":' || p_state
+        || ',"state_hash":' || to_json(p_hash)::text || ',"artifact_ids":[]'
+        || ',"created_at":"' || json_ts(v_checkpoint.created_at)
+        || '","orbit_revision":-9223372036854775807}}')::quick_effect;
+END $$;
+
+-- POST /api/v1/leases/{lease}/release (`api::leases::release`): the caller releases
+-- the task's current, active lease, which is theirs and the one the path names.
+CREATE OR REPLACE FUNCTION quick_release_effect(
+    p_token bigint, p_lease bigint, p_lease_version bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_task_id bigint;
+    v_task record;
+    v_lease leases;
+BEGIN
+    SELECT l.task_id INTO v_task_id FROM leases l
+    WHERE l.id = p_lease AND l.lease_version = p_lease_version;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    SELECT * INTO v_task
+    FROM quick_task(v_caller.id, v_task_id, p_scope, p_key, p_fingerprint, p_retention);
+    IF v_task.lease_version <> p_lease_version THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    UPDATE leases SET released_at = v_task.now, end_reason = 'RELEASED'
+    WHERE id = p_lease AND contributor_id = v_caller.id AND end_reason IS NULL
+      AND expires_at > v_task.now
+    RETURNING * INTO v_lease;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    RETURN ROW(NULL, v_task.orbit_id, 'lease.released', 'lease', p_lease, v_task_id,
+        v_caller.id, 'lease v' || p_lease_version || ' released',
+        v_task.key_id, 200, json_lease_response(v_lease, v_caller))::quick_effect;
+END $$;
+
+-- One quick write's effect, by kind (`p_call`: 1 acquire, 2 checkpoint, 3 release;
+-- `p_target` the task, or the lease of a release; `p_number` the lease's seconds, or
+-- the lease version).
+CREATE OR REPLACE FUNCTION quick_effect_of(
+    p_call int2, p_token bigint, p_target bigint, p_number bigint,
+    p_summary text, p_state text, p_hash text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_call = 1 THEN
+        RETURN quick_acquire_effect(p_token, p_target, p_number,
+            p_scope, p_key, p_fingerprint, p_retention);
+    ELSIF p_call = 2 THEN
+        RETURN quick_checkpoint_effect(p_token, p_target, p_number,
+            p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention);
+    ELSE
+        RETURN quick_release_effect(p_token, p_target, p_number,
+            p_scope, p_key, p_fingerprint, p_retention);
+    END IF;
+END $$;
+
+-- Applies a quick write's change (`apply_change`); its revision.
+CREATE OR REPLACE FUNCTION quick_apply(e quick_effect) RETURNS bigint LANGUAGE sql AS $$
+    SELECT apply_change(e.orbit, e.kind, e.entity_type, e.entity_id, e.task,
+        e.contributor, e.summary, e.key_id, e.status, convert_to(e.body, 'UTF8'))
+$$;
+
+-- One quick write alone (a group of one, the common case when an orbit's agents do
+-- not overlap): its effect and its change, with no subtransaction (which would take
+-- a transaction id of its own). If it declines, the statement fails and its
+-- transaction rolls back, the same outcome for the one write.
+CREATE OR REPLACE FUNCTION quick_write(
+    p_call int2, p_token bigint, p_target bigint, p_number bigint,
+    p_summary text, p_state text, p_hash text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    OUT out_index int, OUT out_orbit bigint, OUT out_revision bigint, OUT out_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_effect quick_effect := quick_effect_of(p_call, p_token, p_target, p_number,
+        p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention);
+BEGIN
+    out_index := 1;
+    out_orbit := v_effect.orbit;
+    out_revision := quick_apply(v_effect);
+    out_body := v_effect.body;
+END $$;
+
+-- A group of quick writes, element i of every array being write i's arguments (as
+-- `quick_effect_of` takes them). Returns one row per write that was done
+-- (`out_index` is its i, from 1); a write with no row declined and changed nothing.
+CREATE OR REPLACE FUNCTION quick_batch(
+    p_call int2[], p_token bigint[], p_target bigint[], p_number bigint[],
+    p_summary text[], p_state text[], p_hash text[],
+    p_scope text[], p_key text[], p_fingerprint text[], p_retention int[])
+RETURNS TABLE (out_index int, out_orbit bigint, out_revision bigint, out_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_done quick_effect[] := '{}';
+    v_effect quick_effect;
+    v_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+    -- A write of a group does not wait for a lock another transaction holds (its
+    -- task, its key): it declines at once and the ordinary path waits for it, after
+    -- the group. Waits would add up across the group's writes, hold up the others,
+    -- and could meet another writer's in a cycle. The apply phase below waits as
+    -- usual: there the orbit's other writers hold its row only to their commit.
+    PERFORM set_config('lock_timeout', '20ms', true);
+    FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
+        BEGIN
+            v_effect := quick_effect_of(p_call[i], p_token[i], p_target[i], p_number[i],
+                p_summary[i], p_state[i], p_hash[i],
+                p_scope[i], p_key[i], p_fingerprint[i], p_retention[i]);
+            v_effect.idx := i;
+            v_done := v_done || v_effect;
+        EXCEPTION WHEN others THEN
+            -- Declined, or failed (a lock held elsewhere...): this write's
+            -- subtransaction rolled back; the ordinary path decides. A failure that
+            -- is not a decline goes to the server's log.
+            IF SQLERRM <> 'quick_declined' THEN
+                RAISE LOG 'quick write % of a group failed (%): %', i, SQLSTATE, SQLERRM;
+            END IF;
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    FOR v_effect IN SELECT * FROM unnest(v_done) ORDER BY orbit, idx LOOP
+        out_index := v_effect.idx;
+        out_orbit := v_effect.orbit;
+        out_revision := quick_apply(v_effect);
+        out_body := v_effect.body;
+        RETURN NEXT;
+    END LOOP;
+END $$;
