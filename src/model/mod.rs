@@ -99,14 +99,44 @@ pub struct PageParams {
 }
 
 impl PageParams {
-    pub fn checked(self) -> ApiResult<(i64, i64)> {
+    pub fn checked(self) -> ApiResult<Cursor> {
         page_bounds(self.limit, self.after)
     }
 }
 
-/// `(limit, after)` of a list request with defaults applied (50, 0), or 422: for
-/// query types that carry filters beside `limit` and `after`.
-pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<(i64, i64)> {
+/// The window of a list request, the one owner of paging (REST and MCP alike):
+/// items whose key is greater than `after`, at most `limit` of them. A store
+/// function reads [`Cursor::fetch`] rows (one more than the page), and
+/// [`Cursor::page`] keeps `limit` of them and tells from the extra row whether a
+/// next page exists, so no list runs a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    pub after: i64,
+    pub limit: i64,
+}
+
+impl Cursor {
+    /// How many rows a store function reads for this page: `limit + 1`.
+    pub fn fetch(self) -> i64 {
+        self.limit + 1
+    }
+
+    /// The page of rows read with [`Cursor::fetch`]: at most `limit` of them, and
+    /// `next_after` (the last row's key) when there were more.
+    pub fn page<T>(self, mut rows: Vec<T>, key_of: impl Fn(&T) -> i64) -> Page<T> {
+        let more = rows.len() as i64 > self.limit;
+        rows.truncate(self.limit as usize);
+        let next_after = if more { rows.last().map(&key_of) } else { None };
+        Page {
+            data: rows,
+            meta: PageMeta { next_after },
+        }
+    }
+}
+
+/// The cursor of a list request with defaults applied (limit 50, after 0), or 422:
+/// for query types that carry filters beside `limit` and `after`.
+pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<Cursor> {
     let limit = limit.unwrap_or(50);
     if !(1..=100).contains(&limit) {
         return Err(ApiError::field("limit", "must be between 1 and 100"));
@@ -115,18 +145,7 @@ pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<(i64, i6
     if after < 0 {
         return Err(ApiError::field("after", "must not be negative"));
     }
-    Ok((limit, after))
-}
-
-/// Builds a page from `limit + 1` fetched rows.
-pub fn page<T>(mut rows: Vec<T>, limit: i64, id_of: impl Fn(&T) -> i64) -> Page<T> {
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next_after = if more { rows.last().map(&id_of) } else { None };
-    Page {
-        data: rows,
-        meta: PageMeta { next_after },
-    }
+    Ok(Cursor { after, limit })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]

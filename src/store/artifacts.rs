@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
 
 /// A stored file's metadata. The bytes are at `GET /api/v1/artifacts/{id}/content`.
@@ -98,15 +99,14 @@ pub fn artifact(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Artifact
 pub fn artifacts_of_orbit(
     conn: &mut PgConnection,
     orbit_id: i64,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Artifact>> {
     crate::db::sql(format!(
         "{ARTIFACT_SELECT} WHERE (f.orbit_id, f.id) > ($1, $2) AND f.orbit_id = $1 ORDER BY f.orbit_id, f.id LIMIT $3"
     ))
     .bind::<BigInt, _>(orbit_id)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
     .load::<ArtifactRow>(conn)
     .map(|rows| rows.into_iter().map(Artifact::from).collect())
 }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
 use crate::store::stamp::{split, Stamp, Stamped};
 
@@ -285,7 +286,7 @@ pub fn contribution(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Cont
         .map(|o| o.map(Contribution::from))
 }
 
-/// An orbit's contributions, ascending by id, optionally filtered (`limit + 1`
+/// An orbit's contributions, ascending by id, optionally filtered (`page.fetch()`
 /// rows), with the page's [`Stamp`] from the same statement (so one snapshot).
 /// Nothing in a contribution changes with time alone: `valid_until` is null. `None`
 /// when the orbit does not exist.
@@ -295,8 +296,7 @@ pub fn contributions_page(
     kind: Option<&str>,
     problem_id: Option<i64>,
     task_id: Option<i64>,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Option<(Vec<Contribution>, Stamp)>> {
     crate::db::sql(format!(
         "WITH k AS MATERIALIZED (SELECT clock_timestamp() AS now) \
@@ -312,11 +312,11 @@ pub fn contributions_page(
          WHERE o.id = $1 ORDER BY p.id"
     ))
     .bind::<BigInt, _>(orbit_id)
-    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(page.after)
     .bind::<Nullable<Text>, _>(kind)
     .bind::<Nullable<BigInt>, _>(problem_id)
     .bind::<Nullable<BigInt>, _>(task_id)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.fetch())
     .load::<Stamped<ContributionRow>>(conn)
     .map(split)
 }
@@ -400,16 +400,15 @@ pub fn revision(
 pub fn revisions(
     conn: &mut PgConnection,
     contribution_id: i64,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<ContributionRevision>> {
     crate::db::sql(format!(
         "{REVISION_SELECT} WHERE r.contribution_id = $1 AND r.revision > $2 \
          ORDER BY r.revision LIMIT $3"
     ))
     .bind::<BigInt, _>(contribution_id)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
     .load::<RevisionRow>(conn)
     .map(|rows| rows.into_iter().map(ContributionRevision::from).collect())
 }
@@ -474,8 +473,7 @@ pub fn assessments(
     conn: &mut PgConnection,
     contribution_id: i64,
     revision: Option<i64>,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Assessment>> {
     crate::db::sql(format!(
         "{ASSESSMENT_SELECT} WHERE s.contribution_id = $1 \
@@ -484,8 +482,8 @@ pub fn assessments(
     ))
     .bind::<BigInt, _>(contribution_id)
     .bind::<Nullable<BigInt>, _>(revision)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
     .load::<AssessmentRow>(conn)
     .map(|rows| rows.into_iter().map(Assessment::from).collect())
 }

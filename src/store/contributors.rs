@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::db::schema::{contributors, memberships, tokens};
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ts_opt, ContributorActor};
 use crate::model::{NewToken, TokenKind};
 
@@ -116,14 +117,13 @@ pub struct TokenInfo {
 pub fn list_tokens(
     conn: &mut PgConnection,
     contributor_id: i64,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<TokenInfo>> {
     tokens::table
         .filter(tokens::contributor_id.eq(contributor_id))
-        .filter(tokens::id.gt(after))
+        .filter(tokens::id.gt(page.after))
         .order(tokens::id.asc())
-        .limit(limit + 1)
+        .limit(page.fetch())
         .select((
             tokens::id,
             tokens::created_at,

@@ -40,6 +40,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ts_opt, ContributorActor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
@@ -222,16 +223,15 @@ pub fn handoff(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Handoff>>
 pub fn handoffs_of_task(
     conn: &mut PgConnection,
     task_id: i64,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Handoff>> {
     crate::db::sql(format!(
         "{} WHERE h.task_id = $1 AND h.id > $2 ORDER BY h.id LIMIT $3",
         select()
     ))
     .bind::<BigInt, _>(task_id)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
     .load::<HandoffRow>(conn)
     .map(|rows| rows.into_iter().map(Handoff::from).collect())
 }
@@ -243,8 +243,7 @@ pub fn mailbox(
     caller: i64,
     outbox: bool,
     status: Option<&str>,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Handoff>> {
     let who = if outbox {
         "h.from_contributor = $1"
@@ -259,9 +258,9 @@ pub fn mailbox(
         select()
     ))
     .bind::<BigInt, _>(caller)
-    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(page.after)
     .bind::<Nullable<Text>, _>(status)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.fetch())
     .load::<HandoffRow>(conn)
     .map(|rows| rows.into_iter().map(Handoff::from).collect())
 }

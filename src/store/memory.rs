@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
 
 /// A memory record (original behaviour: every POST creates one).
@@ -89,8 +90,7 @@ pub fn records_of_orbit(
     conn: &mut PgConnection,
     orbit_id: i64,
     tag: Option<&str>,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<MemoryRecord>> {
     let query = match tag {
         Some(_) => format!(
@@ -104,9 +104,9 @@ pub fn records_of_orbit(
     };
     crate::db::sql(query)
         .bind::<BigInt, _>(orbit_id)
-        .bind::<BigInt, _>(after)
+        .bind::<BigInt, _>(page.after)
         .bind::<Nullable<Text>, _>(tag)
-        .bind::<BigInt, _>(limit + 1)
+        .bind::<BigInt, _>(page.fetch())
         .load::<MemoryRow>(conn)
         .map(|rows| rows.into_iter().map(MemoryRecord::from).collect())
 }

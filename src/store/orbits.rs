@@ -6,6 +6,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::schema::{contributors, memberships, orbits};
+use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
 use crate::store::contributors::{actor, actor_columns, ActorColumns, ActorTuple};
 
@@ -103,12 +104,12 @@ pub fn find_by_id(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Orbit>
         .map(|o| o.map(to_orbit))
 }
 
-pub fn list(conn: &mut PgConnection, after: i64, limit: i64) -> QueryResult<Vec<Orbit>> {
+pub fn list(conn: &mut PgConnection, page: Cursor) -> QueryResult<Vec<Orbit>> {
     orbits::table
         .inner_join(contributors::table)
-        .filter(orbits::id.gt(after))
+        .filter(orbits::id.gt(page.after))
         .order(orbits::id.asc())
-        .limit(limit + 1)
+        .limit(page.fetch())
         .select(orbit_columns())
         .load::<OrbitTuple>(conn)
         .map(|rows| rows.into_iter().map(to_orbit).collect())
@@ -189,18 +190,13 @@ fn to_member(t: MemberTuple) -> Member {
     }
 }
 
-pub fn members(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    after: i64,
-    limit: i64,
-) -> QueryResult<Vec<Member>> {
+pub fn members(conn: &mut PgConnection, orbit_id: i64, page: Cursor) -> QueryResult<Vec<Member>> {
     memberships::table
         .inner_join(contributors::table)
         .filter(memberships::orbit_id.eq(orbit_id))
-        .filter(memberships::contributor_id.gt(after))
+        .filter(memberships::contributor_id.gt(page.after))
         .order(memberships::contributor_id.asc())
-        .limit(limit + 1)
+        .limit(page.fetch())
         .select((
             memberships::orbit_id,
             memberships::role,

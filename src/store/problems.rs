@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
 use crate::store::contributions::{Contribution, ContributionKind, VerdictCounts};
 use crate::store::handoffs::Handoff;
@@ -192,8 +193,7 @@ pub fn problems_of_orbit(
     conn: &mut PgConnection,
     orbit_id: i64,
     status: Option<&str>,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Problem>> {
     crate::db::sql(format!(
         "{PROBLEM_SELECT} WHERE (p.orbit_id, p.id) > ($1, $2) AND p.orbit_id = $1 \
@@ -201,9 +201,9 @@ pub fn problems_of_orbit(
          ORDER BY p.orbit_id, p.id LIMIT $4"
     ))
     .bind::<BigInt, _>(orbit_id)
-    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(page.after)
     .bind::<Nullable<Text>, _>(status)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.fetch())
     .load::<ProblemRow>(conn)
     .map(|rows| rows.into_iter().map(Problem::from).collect())
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
+use crate::model::Cursor;
 use crate::model::{ts, ts_opt, ContributorActor};
 use crate::store::stamp::{split, Stamp, Stamped};
 
@@ -231,15 +232,14 @@ pub fn lease(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Lease>> {
 pub fn leases_of_task(
     conn: &mut PgConnection,
     task_id: i64,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Lease>> {
     crate::db::sql(format!(
         "{LEASE_SELECT} WHERE l.task_id = $1 AND l.id > $2 ORDER BY l.id LIMIT $3"
     ))
     .bind::<BigInt, _>(task_id)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
     .load::<LeaseRow>(conn)
     .map(|rows| rows.into_iter().map(Lease::from).collect())
 }
@@ -410,7 +410,7 @@ pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
         .map(|o| o.map(Task::from))
 }
 
-/// An orbit's tasks, ascending by id, optionally filtered (`limit + 1` rows), with
+/// An orbit's tasks, ascending by id, optionally filtered (`page.fetch()` rows), with
 /// the page's [`Stamp`], in one statement (so one snapshot): every
 /// row decides its active lease at the same clock reading, and `valid_until` is the
 /// first `expires_at` after it among the orbit's leases that have not ended (any of
@@ -421,8 +421,7 @@ pub fn tasks_page(
     orbit_id: i64,
     status: Option<&str>,
     leased: Option<bool>,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Option<(Vec<Task>, Stamp)>> {
     crate::db::sql(concat!(
         "WITH k AS MATERIALIZED (SELECT clock_timestamp() AS now) \
@@ -440,10 +439,10 @@ pub fn tasks_page(
          WHERE o.id = $1 ORDER BY p.id"
     ))
     .bind::<BigInt, _>(orbit_id)
-    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(page.after)
     .bind::<Nullable<Text>, _>(status)
     .bind::<Nullable<Bool>, _>(leased)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.fetch())
     .load::<Stamped<TaskRow>>(conn)
     .map(split)
 }
@@ -600,15 +599,14 @@ pub fn checkpoint(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Checkp
 pub fn checkpoints_of_task(
     conn: &mut PgConnection,
     task_id: i64,
-    after: i64,
-    limit: i64,
+    page: Cursor,
 ) -> QueryResult<Vec<Checkpoint>> {
     crate::db::sql(format!(
         "{CHECKPOINT_SELECT} WHERE k.task_id = $1 AND k.id > $2 ORDER BY k.id LIMIT $3"
     ))
     .bind::<BigInt, _>(task_id)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(limit + 1)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
     .load::<CheckpointRow>(conn)?
     .into_iter()
     .map(CheckpointRow::into_checkpoint)

@@ -23,7 +23,7 @@ use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{ok_json, page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::verbatim;
-use crate::model::{page, PageMeta, PageParams};
+use crate::model::{PageMeta, PageParams};
 use crate::store::artifacts::{self as store, Artifact};
 
 #[derive(Serialize, ToSchema)]
@@ -213,14 +213,14 @@ pub async fn list_artifacts(
     path: web::Path<String>,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let reference = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         let orbit = access::resolve(conn, &reference)?;
-        Ok(store::artifacts_of_orbit(conn, orbit.id, after, limit)?)
+        Ok(store::artifacts_of_orbit(conn, orbit.id, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |a| a.id))
+    page_json(&cursor.page(rows, |a| a.id))
 }
 
 /// Read an artifact's metadata.

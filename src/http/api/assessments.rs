@@ -20,7 +20,7 @@ use crate::http::api::{page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
 use crate::model::verbatim;
-use crate::model::{page, PageMeta};
+use crate::model::PageMeta;
 use crate::store::contributions::{self as store, Assessment, Verdict};
 use crate::store::{problems, refs};
 
@@ -196,15 +196,15 @@ pub async fn list_assessments(
     query: web::Query<AssessmentQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     if q.revision.is_some_and(|r| r < 1) {
         return Err(ApiError::field("revision", "must be at least 1"));
     }
     let id = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-        Ok(store::assessments(conn, id, q.revision, after, limit)?)
+        Ok(store::assessments(conn, id, q.revision, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |a| a.id))
+    page_json(&cursor.page(rows, |a| a.id))
 }

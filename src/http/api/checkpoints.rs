@@ -16,7 +16,7 @@ use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::tasks::task_member;
 use crate::http::api::{ok_json, page_json, write_quick, Reply, State};
 use crate::http::json::{canonical_json, Body, Validate};
-use crate::model::{page, PageMeta, PageParams};
+use crate::model::{PageMeta, PageParams};
 use crate::perf::quick::QuickCall;
 use crate::store::refs;
 use crate::store::tasks::{self as store, Checkpoint};
@@ -200,14 +200,14 @@ pub async fn list_checkpoints(
     path: web::Path<i64>,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(store::checkpoints_of_task(conn, task_id, after, limit)?)
+        Ok(store::checkpoints_of_task(conn, task_id, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |c| c.id))
+    page_json(&cursor.page(rows, |c| c.id))
 }
 
 /// Read a checkpoint.

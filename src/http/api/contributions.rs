@@ -22,7 +22,7 @@ use crate::http::api::{public_list, public_read};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
 use crate::model::verbatim;
-use crate::model::{page, PageMeta, PageParams};
+use crate::model::{PageMeta, PageParams};
 use crate::perf::listcache::ListRoute;
 use crate::store::contributions::{
     self as store, Contribution, ContributionKind, ContributionRevision,
@@ -240,11 +240,11 @@ pub async fn list_contributions(
     query: web::Query<ContributionQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     let kind = q.kind.map(ContributionKind::as_str);
     let params = format!(
-        "kind={kind:?}&problem_id={:?}&task_id={:?}&after={after}&limit={limit}",
-        q.problem_id, q.task_id
+        "kind={kind:?}&problem_id={:?}&task_id={:?}&after={}&limit={}",
+        q.problem_id, q.task_id, cursor.after, cursor.limit
     );
     public_list(
         &state,
@@ -253,16 +253,10 @@ pub async fn list_contributions(
         ListRoute::Contributions,
         params,
         move |conn, orbit_id| {
-            Ok(store::contributions_page(
-                conn,
-                orbit_id,
-                kind,
-                q.problem_id,
-                q.task_id,
-                after,
-                limit,
-            )?
-            .map(|(rows, stamp)| (page(rows, limit, |c| c.id), stamp)))
+            Ok(
+                store::contributions_page(conn, orbit_id, kind, q.problem_id, q.task_id, cursor)?
+                    .map(|(rows, stamp)| (cursor.page(rows, |c| c.id), stamp)),
+            )
         },
     )
     .await
@@ -446,14 +440,14 @@ pub async fn list_revisions(
     path: web::Path<i64>,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let id = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-        Ok(store::revisions(conn, id, after, limit)?)
+        Ok(store::revisions(conn, id, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |r| r.revision))
+    page_json(&cursor.page(rows, |r| r.revision))
 }
 
 /// Read one revision of a contribution exactly as it was written.

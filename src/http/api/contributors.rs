@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::responses::WriteErrors;
 use crate::http::api::{json_response, ok_json, page_json, State};
 use crate::http::json::{Body, Validate};
-use crate::model::{page, ContributorActor, ContributorType, PageParams};
+use crate::model::{ContributorActor, ContributorType, PageParams};
 use crate::store::contributors::{self as store, TokenInfo};
 
 /// Registration of a contributor.
@@ -207,14 +207,14 @@ pub async fn list_tokens(
     bearer: Bearer,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let tokens = state.tokens.clone();
     let rows = db::read(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
-        Ok(store::list_tokens(conn, caller.id(), after, limit)?)
+        Ok(store::list_tokens(conn, caller.id(), cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |t| t.id))
+    page_json(&cursor.page(rows, |t| t.id))
 }
 
 /// A new token for the caller, shown once.

@@ -23,7 +23,7 @@ use crate::http::api::tasks::{task_closed, task_member};
 use crate::http::api::{ok_json, page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
-use crate::model::{page, PageMeta, PageParams};
+use crate::model::{PageMeta, PageParams};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
 use crate::store::tasks::{self as task_store, Lease};
@@ -607,23 +607,16 @@ pub async fn list_handoffs(
     query: web::Query<MailboxQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     let outbox = q.mailbox.unwrap_or_default() == MailBox::Outbox;
     let status = q.status.map(HandoffStatus::as_str);
     let tokens = state.tokens.clone();
     let rows = db::read(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
-        Ok(store::mailbox(
-            conn,
-            caller.id(),
-            outbox,
-            status,
-            after,
-            limit,
-        )?)
+        Ok(store::mailbox(conn, caller.id(), outbox, status, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |h| h.id))
+    page_json(&cursor.page(rows, |h| h.id))
 }
 
 /// Read a handoff.
@@ -661,12 +654,12 @@ pub async fn task_handoffs(
     path: web::Path<i64>,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(store::handoffs_of_task(conn, task_id, after, limit)?)
+        Ok(store::handoffs_of_task(conn, task_id, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |h| h.id))
+    page_json(&cursor.page(rows, |h| h.id))
 }

@@ -19,7 +19,7 @@ use crate::http::api::tasks::{task_closed, task_member};
 use crate::http::api::{ok_json, page_json, write, write_quick, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::Role;
-use crate::model::{page, ts, PageMeta, PageParams};
+use crate::model::{ts, PageMeta, PageParams};
 use crate::perf::quick::QuickCall;
 use crate::store::tasks::{self as store, Lease};
 
@@ -204,14 +204,14 @@ pub async fn list_leases(
     path: web::Path<i64>,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(store::leases_of_task(conn, task_id, after, limit)?)
+        Ok(store::leases_of_task(conn, task_id, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |l| l.id))
+    page_json(&cursor.page(rows, |l| l.id))
 }
 
 /// Read a lease.

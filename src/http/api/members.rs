@@ -20,7 +20,7 @@ use crate::http::api::public_read;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
-use crate::model::{page, PageMeta, PageParams};
+use crate::model::{PageMeta, PageParams};
 use crate::store::contributors as contributors_store;
 use crate::store::orbits::{self as store, Member, Role};
 
@@ -44,14 +44,14 @@ pub async fn list_members(
     path: web::Path<String>,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
+    let cursor = query.into_inner().checked()?;
     let reference = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         let orbit = access::resolve(conn, &reference)?;
-        Ok(store::members(conn, orbit.id, after, limit)?)
+        Ok(store::members(conn, orbit.id, cursor)?)
     })
     .await?;
-    page_json(&page(rows, limit, |m| m.contributor.id))
+    page_json(&cursor.page(rows, |m| m.contributor.id))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -16,7 +16,7 @@ use crate::http::api::{page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
 use crate::model::verbatim;
-use crate::model::{page, PageMeta};
+use crate::model::PageMeta;
 use crate::store::memory::{self as store, MemoryRecord};
 
 pub const MAX_TAGS: usize = 32;
@@ -169,7 +169,7 @@ pub async fn list_memory_records(
     query: web::Query<MemoryQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     if let Some(tag) = &q.tag {
         let mut e = FieldErrors::default();
         verbatim::text(&mut e, "tag", tag, 1, MAX_TAG_CHARS);
@@ -182,10 +182,9 @@ pub async fn list_memory_records(
             conn,
             orbit.id,
             q.tag.as_deref(),
-            after,
-            limit,
+            cursor,
         )?)
     })
     .await?;
-    page_json(&page(rows, limit, |m| m.id))
+    page_json(&cursor.page(rows, |m| m.id))
 }

@@ -14,7 +14,7 @@ use crate::http::api::public_read;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{ok_json, page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
-use crate::model::{page, PageMeta, PageParams};
+use crate::model::{PageMeta, PageParams};
 use crate::store::orbits::{self as store, JoinPolicy, Member, Orbit, Role};
 
 /// Path parameter: an orbit id or its slug.
@@ -163,12 +163,9 @@ pub async fn list_orbits(
     bearer: Bearer,
     query: web::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let (limit, after) = query.into_inner().checked()?;
-    let rows = public_read(&state, bearer, move |conn| {
-        Ok(store::list(conn, after, limit)?)
-    })
-    .await?;
-    page_json(&page(rows, limit, |o| o.id))
+    let cursor = query.into_inner().checked()?;
+    let rows = public_read(&state, bearer, move |conn| Ok(store::list(conn, cursor)?)).await?;
+    page_json(&cursor.page(rows, |o| o.id))
 }
 
 /// Read an orbit by id or slug.

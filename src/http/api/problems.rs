@@ -16,7 +16,7 @@ use crate::http::api::{ok_json, page_json, write, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
 use crate::model::verbatim;
-use crate::model::{page, PageMeta};
+use crate::model::PageMeta;
 use crate::store::contributions as contribution_store;
 use crate::store::handoffs as handoff_store;
 use crate::store::orbits::Role;
@@ -145,7 +145,7 @@ pub async fn list_problems(
     query: web::Query<ProblemQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     let reference = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
         let orbit = access::resolve(conn, &reference)?;
@@ -153,12 +153,11 @@ pub async fn list_problems(
             conn,
             orbit.id,
             q.status.map(ProblemStatus::as_str),
-            after,
-            limit,
+            cursor,
         )?)
     })
     .await?;
-    page_json(&page(rows, limit, |p| p.id))
+    page_json(&cursor.page(rows, |p| p.id))
 }
 
 /// Read a problem.

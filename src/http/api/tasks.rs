@@ -16,7 +16,7 @@ use crate::http::api::{ok_json, write, Reply, State};
 use crate::http::api::{public_list, public_read};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
-use crate::model::{page, PageMeta};
+use crate::model::PageMeta;
 use crate::perf::listcache::ListRoute;
 use crate::store::orbits::Role;
 use crate::store::tasks::{self as store, Task, TaskStatus};
@@ -170,11 +170,11 @@ pub async fn list_tasks(
     query: web::Query<TaskQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     let status = q.status.map(TaskStatus::as_str);
     let params = format!(
-        "status={status:?}&leased={:?}&after={after}&limit={limit}",
-        q.leased
+        "status={status:?}&leased={:?}&after={}&limit={}",
+        q.leased, cursor.after, cursor.limit
     );
     public_list(
         &state,
@@ -183,10 +183,8 @@ pub async fn list_tasks(
         ListRoute::Tasks,
         params,
         move |conn, orbit_id| {
-            Ok(
-                store::tasks_page(conn, orbit_id, status, q.leased, after, limit)?
-                    .map(|(rows, stamp)| (page(rows, limit, |t| t.id), stamp)),
-            )
+            Ok(store::tasks_page(conn, orbit_id, status, q.leased, cursor)?
+                .map(|(rows, stamp)| (cursor.page(rows, |t| t.id), stamp)))
         },
     )
     .await

@@ -28,7 +28,7 @@ use crate::http::api::{
 };
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
-use crate::model::{page, PageParams};
+use crate::model::{Cursor, PageParams};
 use crate::store::contributors as contributor_store;
 use crate::store::handoffs::{self as handoff_store, HandoffStatus};
 use crate::store::orbits as orbit_store;
@@ -677,14 +677,14 @@ async fn whoami(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
 }
 
 async fn list_orbits(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
-    let (limit, after) = a.query::<PageParams>()?.checked()?;
+    let cursor = a.query::<PageParams>()?.checked()?;
     let tokens = state.tokens.clone();
     let rows = db::read(&state.pool, move |conn| {
         bearer.require(conn, &tokens)?;
-        Ok(orbit_store::list(conn, after, limit)?)
+        Ok(orbit_store::list(conn, cursor)?)
     })
     .await?;
-    raw(&page(rows, limit, |o| o.id))
+    raw(&cursor.page(rows, |o| o.id))
 }
 
 async fn join_orbit(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
@@ -719,7 +719,7 @@ struct Work {
 async fn find_work(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
     let reference = a.orbit_opt()?;
     let LimitArg { limit } = a.query()?;
-    let (limit, _) = PageParams { limit, after: None }.checked()?;
+    let Cursor { limit, .. } = PageParams { limit, after: None }.checked()?;
     let tokens = state.tokens.clone();
     let work = db::read(&state.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
@@ -739,18 +739,31 @@ async fn find_work(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done
                 more_tasks = true;
                 break;
             }
-            let mut rows =
-                task_store::tasks_page(conn, orbit_id, Some("OPEN"), Some(false), 0, room)?
-                    .map(|(rows, _)| rows)
-                    .unwrap_or_default();
+            let mut rows = task_store::tasks_page(
+                conn,
+                orbit_id,
+                Some("OPEN"),
+                Some(false),
+                Cursor {
+                    after: 0,
+                    limit: room,
+                },
+            )?
+            .map(|(rows, _)| rows)
+            .unwrap_or_default();
             if rows.len() as i64 > room {
                 rows.truncate(room as usize);
                 more_tasks = true;
             }
             open_tasks.extend(rows);
         }
-        let mut inbox_handoffs =
-            handoff_store::mailbox(conn, caller.id(), false, Some("PENDING"), 0, limit)?;
+        let mut inbox_handoffs = handoff_store::mailbox(
+            conn,
+            caller.id(),
+            false,
+            Some("PENDING"),
+            Cursor { after: 0, limit },
+        )?;
         let more_handoffs = inbox_handoffs.len() as i64 > limit;
         inbox_handoffs.truncate(limit as usize);
         Ok(Work {
@@ -885,17 +898,15 @@ async fn write_checkpoint(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
 
 async fn list_checkpoints(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
     let task_id = a.id("task_id")?;
-    let (limit, after) = a.query::<PageParams>()?.checked()?;
+    let cursor = a.query::<PageParams>()?.checked()?;
     let tokens = state.tokens.clone();
     let rows = db::read(&state.pool, move |conn| {
         bearer.require(conn, &tokens)?;
         task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(task_store::checkpoints_of_task(
-            conn, task_id, after, limit,
-        )?)
+        Ok(task_store::checkpoints_of_task(conn, task_id, cursor)?)
     })
     .await?;
-    raw(&page(rows, limit, |c| c.id))
+    raw(&cursor.page(rows, |c| c.id))
 }
 
 async fn offer_handoff(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
@@ -962,7 +973,7 @@ async fn withdraw_handoff(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
 
 async fn handoff_inbox(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
     let q: InboxArgs = a.query()?;
-    let (limit, after) = page_bounds(q.limit, q.after)?;
+    let cursor = page_bounds(q.limit, q.after)?;
     let status = q.status.map(HandoffStatus::as_str);
     let tokens = state.tokens.clone();
     let rows = db::read(&state.pool, move |conn| {
@@ -972,12 +983,11 @@ async fn handoff_inbox(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done
             caller.id(),
             false,
             status,
-            after,
-            limit,
+            cursor,
         )?)
     })
     .await?;
-    raw(&page(rows, limit, |h| h.id))
+    raw(&cursor.page(rows, |h| h.id))
 }
 
 async fn create_contribution(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
