@@ -66,15 +66,18 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     });
     hub.start_listener(database_url.to_owned());
     hub.start_notifier(database_url.to_owned());
+    let hints = Arc::new(quick::Hints::default());
     let core = Core {
-        pool,
+        pool: pool.clone(),
         config: Arc::new(config.clone()),
         tokens,
         hub,
         quick: Arc::new(quick::QuickQueue::new(
+            pool.clone(),
             config.write_lanes as usize,
             group_deadline,
             metrics.clone(),
+            hints.clone(),
         )),
         reads,
         list_cache: Arc::new(listcache::ListCache::new(

@@ -128,7 +128,7 @@ where
     let mut quick_done = None;
     if let Some((call, cache_key, token_id, claim)) = quick {
         let status = call.status();
-        match state.quick.run(&state.pool, call, token_id, claim).await? {
+        match state.quick.run(call, token_id, claim).await? {
             Some(row) => {
                 state.metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
                 tokens.confirm(cache_key, token_id);

@@ -3,6 +3,7 @@
 //! (`listcache`). Each keeps the answer the ordinary path would give; none decides a
 //! rule. They import store, model, db and error, never `domain` or `http`.
 
+pub mod lanes;
 pub mod listcache;
 pub mod quick;
 pub mod readgroup;

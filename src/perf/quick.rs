@@ -23,16 +23,16 @@
 //! byte for byte, with the ordinary read of what it wrote, and count on `/metrics`
 //! that the quick path ran and how the writes were grouped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::{Array, BigInt, Integer, SmallInt, Text};
-use tokio::sync::oneshot;
 
 use crate::db::{BindNext, PgPool};
 use crate::error::{ApiError, ApiResult};
+use crate::perf::lanes::{Lanes, Shape};
 
 /// The message a quick write function raises when the ordinary path must decide.
 pub const DECLINED: &str = "quick_declined";
@@ -121,11 +121,10 @@ impl QuickCall {
 }
 
 /// A quick write waiting for its group.
-struct Queued {
+pub struct Queued {
     call: QuickCall,
     token_id: i64,
     key: QuickKey,
-    done: oneshot::Sender<ApiResult<Option<QuickRow>>>,
 }
 
 /// The most writes in one group. Each is a subtransaction; PostgreSQL keeps up to
@@ -135,35 +134,23 @@ pub const MAX_GROUP: usize = 32;
 /// Token ids whose orbit hint is remembered at most (then the hints start over).
 const MAX_HINTS: usize = 65_536;
 
-/// The quick writes of this instance, run in groups (group commit).
+/// The quick writes of this instance, run in groups (group commit) on [`Lanes`].
 ///
 /// A write is queued by the orbit it most likely writes to (the orbit of its
 /// token's last quick write; a token with none yet has a queue of its own), and runs
 /// in that queue's next group. Up to `lanes` groups of one queue run at once, each on
-/// its own blocking thread and pooled connection, and a lane that finishes a group
-/// takes everything that queued meanwhile (up to [`MAX_GROUP`]) as its next. An idle
-/// lane runs a write at once, alone: grouping adds no wait, it only gathers the
-/// writes of one orbit that would otherwise have queued on its row's lock, so they
-/// take that lock and flush their commit once. Writes to different orbits go to
+/// its own blocking thread and pooled connection. Grouping only gathers the writes
+/// of one orbit that would otherwise have queued on its row's lock, so they take
+/// that lock and flush their commit once. Writes to different orbits go to
 /// different queues and run in parallel. The hint only chooses a queue: a group may
-/// hold writes of any orbits, and its statement (`quick_batch`, migration
-/// `2026-11-30-000007_grouped_quick_writes`) applies each orbit's changes in turn.
-/// Each write runs in its own subtransaction and all commit together; one that
-/// declined (or failed on its own) left nothing behind and is answered `None`. A
-/// group of one runs as `quick_write`, without a subtransaction.
+/// hold writes of any orbits, and its statement (`quick_batch`, src/db/functions.sql)
+/// applies each orbit's changes in turn. Each write runs in its own subtransaction
+/// and all commit together; one that declined (or failed on its own) left nothing
+/// behind and is answered `None`. A group of one runs as `quick_write`, without a
+/// subtransaction.
 pub struct QuickQueue {
-    lanes: usize,
-    /// How long a write waits for its group's answer before it is answered 503.
-    deadline: std::time::Duration,
-    metrics: Arc<crate::metrics::Metrics>,
-    state: Mutex<QueueState>,
-}
-
-#[derive(Default)]
-struct QueueState {
-    queues: HashMap<Route, Lanes>,
-    /// Token id → the orbit of its last quick write.
-    hints: HashMap<i64, i64>,
+    lanes: Arc<Lanes<Route, Queued, Option<QuickRow>>>,
+    hints: Arc<Hints>,
 }
 
 /// A queue: an orbit, or a token with no orbit hint yet.
@@ -173,33 +160,40 @@ enum Route {
     Token(i64),
 }
 
-#[derive(Default)]
-struct Lanes {
-    waiting: VecDeque<Queued>,
-    running: usize,
-}
-
 impl QuickQueue {
     pub fn new(
+        pool: PgPool,
         lanes: usize,
         deadline: std::time::Duration,
         metrics: Arc<crate::metrics::Metrics>,
+        hints: Arc<Hints>,
     ) -> QuickQueue {
-        QuickQueue {
-            lanes: lanes.max(1),
+        let shape = Shape {
+            per_route: lanes,
+            max_group: MAX_GROUP,
             deadline,
-            metrics,
-            state: Mutex::new(QueueState::default()),
+            skip_abandoned: false,
+            what: "quick write",
+        };
+        let learned = hints.clone();
+        let run = move |_: &Route, group: &mut [Queued]| {
+            let answers = run_group(&pool, &metrics, group);
+            for (queued, answer) in group.iter().zip(&answers) {
+                if let Ok(Some(row)) = answer {
+                    learned.learn(queued.token_id, row.out_orbit);
+                }
+            }
+            answers
+        };
+        QuickQueue {
+            lanes: Arc::new(Lanes::new(shape, Box::new(run))),
+            hints,
         }
     }
 
     /// Writes queued for their next group, in all queues.
     pub fn waiting(&self) -> usize {
-        self.state().queues.values().map(|l| l.waiting.len()).sum()
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.lanes.waiting()
     }
 
     /// Runs `call` for the token `token_id` (verified by this instance) in the next
@@ -209,86 +203,48 @@ impl QuickQueue {
     /// returned as the ordinary path would return it (503: the group may have
     /// committed; a retry with the key replays or executes once).
     pub async fn run(
-        self: &Arc<Self>,
-        pool: &PgPool,
+        &self,
         call: QuickCall,
         token_id: i64,
         key: QuickKey,
     ) -> ApiResult<Option<QuickRow>> {
-        let (done, answer) = oneshot::channel();
-        let start = {
-            let mut state = self.state();
-            let route = state
-                .hints
-                .get(&token_id)
-                .map_or(Route::Token(token_id), |orbit| Route::Orbit(*orbit));
-            let lanes = state.queues.entry(route).or_default();
-            lanes.waiting.push_back(Queued {
-                call,
-                token_id,
-                key,
-                done,
-            });
-            (lanes.running < self.lanes).then(|| {
-                lanes.running += 1;
-                route
-            })
+        let route = self
+            .hints
+            .orbit_of(token_id)
+            .map_or(Route::Token(token_id), Route::Orbit);
+        let queued = Queued {
+            call,
+            token_id,
+            key,
         };
-        if let Some(route) = start {
-            let queue = self.clone();
-            let pool = pool.clone();
-            actix_web::rt::task::spawn_blocking(move || queue.lane(&pool, route));
-        }
-        // A lane whose connection hangs (a half-open TCP connection, say) must not
-        // hold the writes queued behind it forever: past the deadline the write is
-        // answered 503, as a lost connection is (it may still commit; a retry with
-        // its key replays it or runs it once).
-        crate::perf::readgroup::group_answer(self.deadline, answer, "quick write").await
+        self.lanes.submit(route, queued).await
+    }
+}
+
+/// Which orbit each verified token last wrote to: where its next write most likely
+/// goes, so writes of one orbit queue together (`QuickQueue`, `commits`).
+#[derive(Default)]
+pub struct Hints {
+    orbits: Mutex<HashMap<i64, i64>>,
+}
+
+impl Hints {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, i64>> {
+        self.orbits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A lane of `route`'s queue: runs its groups until nothing waits.
-    fn lane(&self, pool: &PgPool, route: Route) {
-        loop {
-            let group: Vec<Queued> = {
-                let mut state = self.state();
-                let Some(lanes) = state.queues.get_mut(&route) else {
-                    return;
-                };
-                if lanes.waiting.is_empty() {
-                    lanes.running -= 1;
-                    if lanes.running == 0 {
-                        state.queues.remove(&route);
-                    }
-                    return;
-                }
-                let n = lanes.waiting.len().min(MAX_GROUP);
-                lanes.waiting.drain(..n).collect()
-            };
-            // A panic answers the group's writes with 500 (their senders drop) and
-            // leaves the lane running for the rest.
-            let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_group(pool, &self.metrics, &group)
-            }));
-            let Ok(answers) = answers else {
-                tracing::error!("a quick write group panicked");
-                continue;
-            };
-            {
-                let mut state = self.state();
-                if state.hints.len() >= MAX_HINTS {
-                    state.hints.clear();
-                }
-                for (queued, answer) in group.iter().zip(&answers) {
-                    if let Ok(Some(row)) = answer {
-                        state.hints.insert(queued.token_id, row.out_orbit);
-                    }
-                }
-            }
-            for (queued, answer) in group.into_iter().zip(answers) {
-                // The request may have gone (its client hung up): its write stands.
-                let _ = queued.done.send(answer);
-            }
+    /// The orbit `token_id` last wrote to, if this instance saw it.
+    pub fn orbit_of(&self, token_id: i64) -> Option<i64> {
+        self.map().get(&token_id).copied()
+    }
+
+    /// Remembers that `token_id` wrote to `orbit_id`.
+    pub fn learn(&self, token_id: i64, orbit_id: i64) {
+        let mut map = self.map();
+        if map.len() >= MAX_HINTS && !map.contains_key(&token_id) {
+            map.clear();
         }
+        map.insert(token_id, orbit_id);
     }
 }
 

@@ -1,0 +1,311 @@
+//! Lanes: the one queue mechanism behind every grouped database round trip — the
+//! quick writes (`quick`), the grouped ordinary writes (`commits`) and the grouped
+//! reads (`readgroup`).
+//!
+//! Requests queue by route (an orbit, a kind of read...). A lane is a blocking
+//! thread that takes everything queued on its route (up to the group size) and runs
+//! it as one group; requests that arrive meanwhile wait for the next group. An idle
+//! route starts a lane at once, so a lone request runs alone and grouping adds no
+//! wait: it only gathers the requests that would otherwise have queued for a thread,
+//! a connection or a row lock. Up to `per_route` lanes run on one route at once.
+//! A lane busy with one group for longer than half the deadline no longer counts
+//! (its connection presumably hangs: a half-open TCP connection, which no server
+//! timeout ends); a new lane takes the queue, and the stuck one leaves when it wakes.
+//! A request waits at most the deadline for its answer (then 503: it may still run,
+//! and a retry with its Idempotency-Key replays it or runs it once).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::error::{ApiError, ApiResult};
+
+/// Runs one group of a route: one answer per request, in the requests' order.
+pub type Run<R, J, T> = dyn Fn(&R, &mut [J]) -> Vec<ApiResult<T>> + Send + Sync;
+
+/// How a route's lanes treat a queued request.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Lanes one route runs at once.
+    pub per_route: usize,
+    /// The most requests in one group.
+    pub max_group: usize,
+    /// How long a request waits for its answer before it is answered 503.
+    pub deadline: Duration,
+    /// Whether a request whose caller has gone (past the deadline, or hung up) is
+    /// dropped from the queue unrun: right for reads, not for writes (a write a
+    /// client gave up on runs, as it would on the ordinary path).
+    pub skip_abandoned: bool,
+    /// What a request is, for the log ("grouped read", "quick write"...).
+    pub what: &'static str,
+}
+
+type Waiting<J, T> = VecDeque<(J, oneshot::Sender<ApiResult<T>>)>;
+
+struct Route<J, T> {
+    waiting: Waiting<J, T>,
+    /// The lanes that count as running, by id, with when each started its current
+    /// group (or started at all).
+    lanes: HashMap<u64, Instant>,
+}
+
+struct State<R, J, T> {
+    routes: HashMap<R, Route<J, T>>,
+    next_lane: u64,
+}
+
+/// The queues of one kind of grouped work.
+pub struct Lanes<R, J, T> {
+    shape: Shape,
+    run: Box<Run<R, J, T>>,
+    /// Groups run, and the requests they answered.
+    pub groups: AtomicU64,
+    pub answered: AtomicU64,
+    state: Mutex<State<R, J, T>>,
+}
+
+impl<R, J, T> Lanes<R, J, T>
+where
+    R: Copy + Eq + Hash + Send + 'static,
+    J: Send + 'static,
+    T: Send + 'static,
+{
+    pub fn new(shape: Shape, run: Box<Run<R, J, T>>) -> Lanes<R, J, T> {
+        Lanes {
+            shape: Shape {
+                per_route: shape.per_route.max(1),
+                max_group: shape.max_group.max(1),
+                ..shape
+            },
+            run,
+            groups: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            state: Mutex::new(State {
+                routes: HashMap::new(),
+                next_lane: 0,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State<R, J, T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Requests queued for their next group, on every route.
+    pub fn waiting(&self) -> usize {
+        self.state().routes.values().map(|r| r.waiting.len()).sum()
+    }
+
+    /// `(groups run, requests answered, requests waiting)`.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.groups.load(Ordering::Relaxed),
+            self.answered.load(Ordering::Relaxed),
+            self.waiting() as u64,
+        )
+    }
+
+    /// Runs `job` in the next group of `route` and waits for its answer.
+    pub async fn submit(self: &Arc<Self>, route: R, job: J) -> ApiResult<T> {
+        let (done, answer) = oneshot::channel();
+        let start = {
+            let mut state = self.state();
+            let lane_id = state.next_lane;
+            let queue = state.routes.entry(route).or_insert_with(|| Route {
+                waiting: VecDeque::new(),
+                lanes: HashMap::new(),
+            });
+            queue.waiting.push_back((job, done));
+            let now = Instant::now();
+            let stuck = self.shape.deadline / 2;
+            queue
+                .lanes
+                .retain(|_, since| now.duration_since(*since) < stuck);
+            let start = queue.lanes.len() < self.shape.per_route;
+            if start {
+                queue.lanes.insert(lane_id, now);
+                state.next_lane += 1;
+            }
+            start.then_some(lane_id)
+        };
+        if let Some(id) = start {
+            let lanes = self.clone();
+            actix_web::rt::task::spawn_blocking(move || lanes.lane(route, id));
+        }
+        answer_within(self.shape.deadline, answer, self.shape.what).await
+    }
+
+    /// Lane `id` of `route`: runs groups until nothing waits, or until it no longer
+    /// counts.
+    fn lane(&self, route: R, id: u64) {
+        loop {
+            let group: Waiting<J, T> = {
+                let mut state = self.state();
+                let Some(queue) = state.routes.get_mut(&route) else {
+                    return;
+                };
+                if !queue.lanes.contains_key(&id) {
+                    // Presumed stuck, and replaced meanwhile.
+                    return;
+                }
+                if self.shape.skip_abandoned {
+                    queue.waiting.retain(|(_, done)| !done.is_closed());
+                }
+                if queue.waiting.is_empty() {
+                    queue.lanes.remove(&id);
+                    if queue.lanes.is_empty() {
+                        state.routes.remove(&route);
+                    }
+                    return;
+                }
+                queue.lanes.insert(id, Instant::now());
+                let n = queue.waiting.len().min(self.shape.max_group);
+                queue.waiting.drain(..n).collect()
+            };
+            let (mut jobs, senders): (Vec<J>, Vec<_>) = group.into_iter().unzip();
+            // A panic answers the group's requests with 500 (their senders drop) and
+            // leaves the lane running for the rest.
+            let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (self.run)(&route, &mut jobs)
+            }));
+            let Ok(mut answers) = answers else {
+                tracing::error!("a group of {}s panicked", self.shape.what);
+                continue;
+            };
+            if answers.len() != senders.len() {
+                tracing::error!(
+                    "a group of {}s answered a different number",
+                    self.shape.what
+                );
+                answers = senders.iter().map(|_| Err(ApiError::internal())).collect();
+            }
+            self.groups.fetch_add(1, Ordering::Relaxed);
+            self.answered
+                .fetch_add(senders.len() as u64, Ordering::Relaxed);
+            for (done, answer) in senders.into_iter().zip(answers) {
+                // The request may have gone (its client hung up).
+                let _ = done.send(answer);
+            }
+        }
+    }
+}
+
+/// Waits for the answer a lane sends for one request of its group: 503 past
+/// `deadline` (the lane may be stuck on a hung connection), 500 if the lane dropped
+/// the request (it panicked).
+async fn answer_within<T>(
+    deadline: Duration,
+    answer: oneshot::Receiver<ApiResult<T>>,
+    what: &str,
+) -> ApiResult<T> {
+    match tokio::time::timeout(deadline, answer).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => {
+            tracing::error!("a {what}'s group ended without an answer");
+            Err(ApiError::internal())
+        }
+        Err(_) => {
+            tracing::warn!("a {what} waited past its deadline for its group");
+            Err(ApiError::unavailable())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(per_route: usize, deadline_ms: u64) -> Shape {
+        Shape {
+            per_route,
+            max_group: 64,
+            deadline: Duration::from_millis(deadline_ms),
+            skip_abandoned: true,
+            what: "test request",
+        }
+    }
+
+    /// A group whose run hangs (a connection that never answers, which no server
+    /// timeout ends) stops counting as a lane once it has run for longer than a
+    /// request may wait: the next request starts a new lane instead of waiting.
+    #[actix_web::test]
+    async fn a_lane_stuck_past_the_deadline_is_replaced() {
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let hang = Mutex::new(hang);
+        let run = move |_: &(), keys: &mut [u32]| {
+            if keys.contains(&0) {
+                let _ = hang.lock().unwrap().recv();
+            }
+            keys.iter().map(|k| Ok(k * 10)).collect()
+        };
+        let lanes = Arc::new(Lanes::new(shape(1, 300), Box::new(run)));
+        let stuck = actix_web::rt::spawn({
+            let lanes = lanes.clone();
+            async move { lanes.submit((), 0).await }
+        });
+        let stuck = stuck.await.expect("the stuck request's task");
+        assert_eq!(
+            stuck.unwrap_err().status,
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        // Past the deadline, the stuck lane no longer counts.
+        assert_eq!(lanes.submit((), 7).await.unwrap(), 70);
+        assert_eq!(lanes.submit((), 8).await.unwrap(), 80);
+        release.send(()).unwrap();
+        // The stuck lane, once it wakes, finishes its group (its request has gone)
+        // and leaves without taking another; the new one has left too.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lanes.counts().0 < 3 || !lanes.state().routes.is_empty() {
+            assert!(Instant::now() < deadline, "lanes left running");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(lanes.counts(), (3, 3, 0));
+    }
+
+    /// Requests that queue while a group runs go together in the next group, and
+    /// each route has its own queue.
+    #[actix_web::test]
+    async fn requests_that_queue_meanwhile_share_the_next_group() {
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let hold = Mutex::new(hold);
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = sizes.clone();
+        let run = move |route: &u8, keys: &mut [u32]| {
+            if keys.contains(&0) {
+                let _ = hold.lock().unwrap().recv();
+            }
+            seen.lock().unwrap().push((*route, keys.len()));
+            keys.iter().map(|k| Ok(k + 1)).collect()
+        };
+        let lanes = Arc::new(Lanes::new(shape(1, 10_000), Box::new(run)));
+        let first = actix_web::rt::spawn({
+            let lanes = lanes.clone();
+            async move { lanes.submit(1u8, 0).await }
+        });
+        while lanes.counts().2 > 0 || lanes.state().routes.is_empty() {
+            actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        let rest: Vec<_> = (1..=5)
+            .map(|k| {
+                let lanes = lanes.clone();
+                actix_web::rt::spawn(async move { lanes.submit(1u8, k).await })
+            })
+            .collect();
+        let other = lanes.clone();
+        assert_eq!(other.submit(2u8, 40).await.unwrap(), 41);
+        while lanes.counts().2 < 5 {
+            actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        release.send(()).unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), 1);
+        for (k, r) in (1..=5).zip(rest) {
+            assert_eq!(r.await.unwrap().unwrap(), k + 1);
+        }
+        let sizes = sizes.lock().unwrap().clone();
+        assert_eq!(sizes, vec![(2, 1), (1, 1), (1, 5)]);
+    }
+}
