@@ -79,6 +79,13 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             metrics.clone(),
             hints.clone(),
         )),
+        commits: Arc::new(crate::perf::commits::Commits::new(
+            pool.clone(),
+            config.write_lanes as usize,
+            group_deadline,
+            hints.clone(),
+        )),
+        hints,
         reads,
         list_cache: Arc::new(listcache::ListCache::new(
             usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),

@@ -45,6 +45,9 @@ pub struct Gauges {
     pub quick_waiting: usize,
     /// `(groups run, reads answered, reads waiting)` of the read groups.
     pub read_groups: (u64, u64, u64),
+    /// `(groups run, writes answered, writes waiting)` of the grouped ordinary
+    /// writes (`perf::commits`).
+    pub write_groups: (u64, u64, u64),
     pub token_cache_hits: u64,
     pub token_cache_misses: u64,
     pub list_cache_hits: u64,
@@ -222,6 +225,25 @@ impl Metrics {
             "orbit_quick_write_groups_total",
             "Groups of lease-cycle writes run, each one statement and one commit.",
             self.quick_groups.load(Ordering::Relaxed),
+        );
+        let (groups, writes, waiting) = g.write_groups;
+        let _ = writeln!(
+            out,
+            "# HELP orbit_grouped_writes_waiting Ordinary-path writes queued for their orbit's next group."
+        );
+        let _ = writeln!(out, "# TYPE orbit_grouped_writes_waiting gauge");
+        let _ = writeln!(out, "orbit_grouped_writes_waiting {waiting}");
+        counter(
+            &mut out,
+            "orbit_write_groups_total",
+            "Groups of ordinary-path writes run, each one transaction and one commit.",
+            groups,
+        );
+        counter(
+            &mut out,
+            "orbit_grouped_writes_total",
+            "Ordinary-path writes answered by a group.",
+            writes,
         );
         let (groups, reads, waiting) = g.read_groups;
         let _ = writeln!(

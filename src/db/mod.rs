@@ -142,7 +142,7 @@ pub fn is_migrated(conn: &mut PgConnection) -> Result<bool, String> {
         .map_err(|e| e.to_string())
 }
 
-fn is_retryable(err: &DieselError) -> bool {
+pub fn is_retryable(err: &DieselError) -> bool {
     match err {
         DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
         DieselError::DatabaseError(_, info) => info.message().contains("deadlock detected"),
@@ -250,24 +250,46 @@ where
     let pool = pool.clone();
     actix_web::web::block(move || {
         let mut conn = checkout(&pool)?;
-        let mut n = 0;
-        loop {
-            n += 1;
-            match attempt(&mut conn) {
-                Ok(v) => return Ok(v),
-                Err(TxError::Db(e)) if n < MAX_ATTEMPTS && is_retryable(&e) => {
-                    tracing::debug!(attempt = n, error = %e, "retrying transaction after a race");
-                    std::thread::sleep(Duration::from_millis(2 * n as u64));
-                }
-                Err(e) => return Err(ApiError::from(e)),
-            }
-        }
+        retry_on(&mut conn, &mut attempt)
     })
     .await
     .map_err(|e| {
         tracing::error!(error = %e, "blocking task failed");
         ApiError::internal()
     })?
+}
+
+/// Runs `attempt` (a whole transaction) on `conn`, again after a deadlock or
+/// serialization failure, up to [`MAX_ATTEMPTS`] times.
+fn retry_on<T, A>(conn: &mut PgConnection, attempt: &mut A) -> ApiResult<T>
+where
+    A: FnMut(&mut PgConnection) -> TxResult<T>,
+{
+    let mut n = 0;
+    loop {
+        n += 1;
+        match attempt(conn) {
+            Ok(v) => return Ok(v),
+            Err(TxError::Db(e)) if n < MAX_ATTEMPTS && is_retryable(&e) => {
+                tracing::debug!(attempt = n, error = %e, "retrying transaction after a race");
+                std::thread::sleep(Duration::from_millis(2 * n as u64));
+            }
+            Err(e) => return Err(ApiError::from(e)),
+        }
+    }
+}
+
+/// [`transact_closing`] on a connection the caller holds, on the calling thread:
+/// the same transaction, closing statement and retries (a grouped write that must
+/// run alone, `perf::commits`).
+pub fn transact_closing_on<T, F>(
+    conn: &mut PgConnection,
+    work: &mut F,
+) -> ApiResult<(T, Option<i64>)>
+where
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
+{
+    retry_on(conn, &mut |c: &mut PgConnection| closing_attempt(c, work))
 }
 
 fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, Option<i64>)>

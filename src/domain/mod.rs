@@ -30,6 +30,10 @@ pub struct Core {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The lease-cycle writes of this instance, run in groups (`perf::quick`).
     pub quick: Arc<crate::perf::quick::QuickQueue>,
+    /// The ordinary path's writes, committed in groups per orbit (`perf::commits`).
+    pub commits: Arc<crate::perf::commits::Commits<write::Outcome>>,
+    /// Which orbit each verified token last wrote to: how writes find their group.
+    pub hints: Arc<crate::perf::quick::Hints>,
     /// Single-row reads run in groups (`perf::readgroup`); `None` when
     /// `ORBIT_READ_LANES` is 0.
     pub reads: Option<Arc<reads::Reads>>,

@@ -15,6 +15,7 @@ use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, Stored};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult};
+use crate::perf::commits::Work;
 use crate::perf::quick::{QuickCall, QuickKey};
 
 /// A write's result before it is stored and sent.
@@ -80,7 +81,9 @@ where
     .await
 }
 
-enum Outcome {
+/// What a write's unit of work ended with: a reply to store and send, or the
+/// stored response of its key, replayed.
+pub enum Outcome {
     Done(Reply),
     Replayed(Stored),
 }
@@ -112,6 +115,8 @@ where
 {
     let tokens = state.tokens.clone();
     let retention = state.config.idempotency_retention_hours;
+    // A verified token's id routes the write to its orbit's group (`perf::commits`).
+    let token_id = bearer.cached(&tokens).map(|(_, id)| id);
     // The quick form needs a verified token (its id) and a key to claim.
     let quick = match (quick, bearer.cached(&tokens), &key.0) {
         (Some(call), Some((cache_key, token_id)), Some(Ok(k))) => {
@@ -148,7 +153,7 @@ where
     let (outcome, revision) = match quick_done {
         Some(done) => done,
         None => {
-            db::transact_closing(&state.pool, move |conn| {
+            let work: Work<Outcome> = Box::new(move |conn| {
                 let caller = bearer.require(conn, &tokens)?;
                 let mut gate = Gate::new(
                     op,
@@ -167,8 +172,8 @@ where
                 }
                 let closing = gate.finish(conn, reply.status, &reply.body)?;
                 Ok((Outcome::Done(reply), closing))
-            })
-            .await?
+            });
+            state.commits.transact(&state.pool, token_id, work).await?
         }
     };
     Ok(match outcome {
@@ -178,6 +183,9 @@ where
             }
             if let Some(orbit_id) = reply.orbit_id {
                 state.hub.publish(orbit_id);
+                if let Some(token_id) = token_id {
+                    state.hints.learn(token_id, orbit_id);
+                }
             }
             Written {
                 status: reply.status,

@@ -2,6 +2,7 @@
 
 mod auth;
 mod changes;
+mod commits;
 mod embedded;
 mod errors;
 mod functions;

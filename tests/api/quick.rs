@@ -636,15 +636,16 @@ async fn a_write_of_a_group_does_not_wait_for_a_lock_held_elsewhere() {
             }
             first_lock.release();
             // The two held writes declined at once (their group answers only after
-            // its commit) and now wait in the ordinary path; the free write's group
-            // committed meanwhile, not waiting for them. (The group itself waits on
-            // each held task for 20 ms, so the declines are awaited first.)
+            // its commit) and now run the ordinary path, grouped (`perf::commits`):
+            // the first of that group waits for its task's lock, the other waits
+            // behind it; the free write's group committed meanwhile, not waiting for
+            // them. (The group itself waits on each held task for 20 ms, so the
+            // declines are awaited first.)
             while quick_counts(&app).await.1 - declined0 < 2 {
                 assert!(Instant::now() < deadline, "the held writes never declined");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            while lock1.waiting_now(&mut app.db.conn()) == 0
-                || lock2.waiting_now(&mut app.db.conn()) == 0
+            while lock1.waiting_now(&mut app.db.conn()) + lock2.waiting_now(&mut app.db.conn()) == 0
             {
                 assert!(Instant::now() < deadline, "the held writes are not waiting");
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -88,6 +88,7 @@ fn gauges(core: &crate::domain::Core) -> Gauges {
         pool_max: core.pool.max_size(),
         quick_waiting: core.quick.waiting(),
         read_groups: core.reads.as_ref().map_or((0, 0, 0), |r| r.counts()),
+        write_groups: core.commits.counts(),
         token_cache_hits: core.tokens.hits.load(Relaxed),
         token_cache_misses: core.tokens.misses.load(Relaxed),
         list_cache_hits: core.list_cache.hits.load(Relaxed),

@@ -1,0 +1,242 @@
+//! Group commit for the ordinary write path: the units of work of one orbit's
+//! writes that queue in this instance while a group runs share one transaction and
+//! one commit.
+//!
+//! Each write of a busy orbit holds the orbit's row lock (its revision) from its
+//! last statement to the end of its commit's WAL flush; writers of one orbit queue
+//! on that lock one commit at a time. Here the writes queue in [`Lanes`] by the
+//! orbit their token last wrote to (`quick::Hints`); a group runs each write's own
+//! unit of work — the same Rust function the ordinary path runs, so every rule keeps
+//! its one owner — under its own `SAVEPOINT` inside one transaction on the lane's
+//! connection, and commits once. A write whose work fails is rolled back to its
+//! savepoint alone and answered its error, as its own transaction would have been.
+//! After the first write (which holds the orbit's lock from then on) every later
+//! write of the group gives up a lock wait at once (`lock_timeout`): whatever it
+//! would wait for is held elsewhere, and waiting inside the group would stall the
+//! group (or close a cycle with another group). Such a write, or one that met a
+//! deadlock or a serialization failure, is rolled back to its savepoint and runs
+//! again alone, after the group's commit, exactly as the ordinary path runs it. A
+//! group of one, a write whose token has no hint, and a token this instance has not
+//! verified run alone, as before. Nobody is answered before the commit their write
+//! is in.
+
+use std::sync::Arc;
+
+use diesel::connection::{AnsiTransactionManager as Tm, SimpleConnection, TransactionManager};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::{PgConnection, RunQueryDsl};
+
+use crate::db::{self, PgPool, TxError, TxResult};
+use crate::error::{ApiError, ApiResult};
+use crate::perf::lanes::{Lanes, Shape};
+use crate::perf::quick::Hints;
+
+/// The most writes in one group: each is a subtransaction, and PostgreSQL keeps up
+/// to 64 of a transaction's subtransactions in its snapshots before it overflows.
+pub const MAX_GROUP: usize = 32;
+
+/// How long a write after the first of its group waits for a lock, in ms, before it
+/// is set aside to run alone.
+const LATER_LOCK_TIMEOUT_MS: u32 = 10;
+
+/// One write's unit of work, as `db::transact_closing` runs it: its value and the
+/// closing statement that applies its change (if any).
+pub type Work<T> = Box<dyn FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send>;
+
+/// A committed write: its value and the revision its closing statement took.
+pub type Committed<T> = (T, Option<i64>);
+
+/// The grouped ordinary writes of this instance.
+pub struct Commits<T> {
+    lanes: Arc<Lanes<i64, Work<T>, Committed<T>>>,
+    hints: Arc<Hints>,
+}
+
+impl<T: Send + 'static> Commits<T> {
+    pub fn new(
+        pool: PgPool,
+        lanes: usize,
+        deadline: std::time::Duration,
+        hints: Arc<Hints>,
+    ) -> Commits<T> {
+        let shape = Shape {
+            per_route: lanes,
+            max_group: MAX_GROUP,
+            deadline,
+            skip_abandoned: false,
+            what: "grouped write",
+        };
+        let run = move |_: &i64, group: &mut [Work<T>]| run_group(&pool, group);
+        Commits {
+            lanes: Arc::new(Lanes::new(shape, Box::new(run))),
+            hints,
+        }
+    }
+
+    /// Writes queued for their next group.
+    pub fn waiting(&self) -> usize {
+        self.lanes.waiting()
+    }
+
+    /// `(groups run, writes answered, writes waiting)`.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        self.lanes.counts()
+    }
+
+    /// Runs `work` as `db::transact_closing` would: in the next group of the orbit
+    /// the verified token `token_id` last wrote to, or alone without a hint.
+    pub async fn transact(
+        &self,
+        pool: &PgPool,
+        token_id: Option<i64>,
+        work: Work<T>,
+    ) -> ApiResult<Committed<T>> {
+        match token_id.and_then(|t| self.hints.orbit_of(t)) {
+            Some(orbit) => self.lanes.submit(orbit, work).await,
+            None => db::transact_closing(pool, work).await,
+        }
+    }
+}
+
+/// What became of one write inside a group.
+enum Step<T> {
+    Done(Committed<T>),
+    Failed(ApiError),
+    /// Rolled back to its savepoint: runs alone after the group.
+    Alone,
+}
+
+/// Runs one group on one pooled connection; one answer per write, in order.
+fn run_group<T>(pool: &PgPool, group: &mut [Work<T>]) -> Vec<ApiResult<Committed<T>>> {
+    let every = |e: ApiError, n: usize| (0..n).map(|_| Err(e.clone())).collect::<Vec<_>>();
+    let mut conn = match db::checkout(pool) {
+        Ok(conn) => conn,
+        Err(e) => return every(e, group.len()),
+    };
+    if let [one] = group {
+        return vec![db::transact_closing_on(&mut conn, one)];
+    }
+    let steps = match in_one_transaction(&mut conn, group) {
+        Ok(steps) => steps,
+        // Nothing of the group committed (or, if the COMMIT itself was lost, maybe
+        // all of it): every write is answered as a lost connection is (503; a retry
+        // with its key replays it or runs it once).
+        Err(e) => return every(e, group.len()),
+    };
+    steps
+        .into_iter()
+        .zip(group.iter_mut())
+        .map(|(step, work)| match step {
+            Step::Done(done) => Ok(done),
+            Step::Failed(e) => Err(e),
+            Step::Alone => db::transact_closing_on(&mut conn, work),
+        })
+        .collect()
+}
+
+/// The group's transaction: each write under its savepoint, then one COMMIT. `Err`
+/// when the transaction as a whole failed (the connection, or the COMMIT).
+fn in_one_transaction<T>(
+    conn: &mut PgConnection,
+    group: &mut [Work<T>],
+) -> ApiResult<Vec<Step<T>>> {
+    Tm::begin_transaction(conn).map_err(ApiError::from)?;
+    let mut steps = Vec::with_capacity(group.len());
+    for (i, work) in group.iter_mut().enumerate() {
+        let enter = match i {
+            0 => "SAVEPOINT w".to_owned(),
+            1 => format!(
+                "RELEASE SAVEPOINT w; SET LOCAL lock_timeout = {LATER_LOCK_TIMEOUT_MS}; \
+                 SAVEPOINT w"
+            ),
+            _ => "RELEASE SAVEPOINT w; SAVEPOINT w".to_owned(),
+        };
+        if let Err(e) = conn.batch_execute(&enter) {
+            return Err(abandon(conn, e));
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            work(conn).and_then(|(value, closing)| match closing {
+                Some(closing) => Ok((value, Some(apply(conn, &closing)?))),
+                None => Ok((value, None)),
+            })
+        }));
+        let step = match ran {
+            Ok(Ok(done)) => Step::Done(done),
+            Ok(Err(e)) => {
+                if let Err(lost) = conn.batch_execute("ROLLBACK TO SAVEPOINT w") {
+                    return Err(abandon(conn, lost));
+                }
+                match e {
+                    TxError::Db(e) if is_lost(&e) => return Err(abandon(conn, e)),
+                    TxError::Db(e) if db::is_retryable(&e) || is_lock_timeout(&e) => Step::Alone,
+                    // A key held by a request still running: the write waits for it
+                    // alone, as the ordinary path does.
+                    TxError::Api(e) if e.body.code == "idempotency_key_in_flight" => Step::Alone,
+                    e => Step::Failed(e.into()),
+                }
+            }
+            Err(_) => {
+                tracing::error!("a grouped write panicked");
+                if let Err(lost) = conn.batch_execute("ROLLBACK TO SAVEPOINT w") {
+                    return Err(abandon(conn, lost));
+                }
+                Step::Failed(ApiError::internal())
+            }
+        };
+        steps.push(step);
+    }
+    match Tm::commit_transaction(conn) {
+        Ok(()) => Ok(steps),
+        Err(e) if is_lost(&e) => Err(e.into()),
+        // The commit refused the group as a whole (nothing committed): every write
+        // runs alone, where a refusal is its own.
+        Err(e) => {
+            tracing::warn!(error = %e, "a write group's commit failed; running its writes alone");
+            let _ = Tm::rollback_transaction(conn);
+            Ok(steps.into_iter().map(|_| Step::Alone).collect())
+        }
+    }
+}
+
+/// Rolls the group back after a failure of the connection (or of a savepoint
+/// statement, which leaves nothing to rely on) and returns what to answer.
+fn abandon(conn: &mut PgConnection, e: DieselError) -> ApiError {
+    let _ = Tm::rollback_transaction(conn);
+    e.into()
+}
+
+#[derive(diesel::QueryableByName)]
+struct Applied {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    set_config: String,
+}
+
+/// Runs a write's closing statement (`revision::closing`, which applies its change
+/// and stores its response) inside the group, and returns the revision it took.
+fn apply(conn: &mut PgConnection, closing: &str) -> TxResult<i64> {
+    let row: Applied = diesel::sql_query(closing).get_result(conn)?;
+    row.set_config.parse().map_err(|_| {
+        tracing::error!("orbit_apply returned no revision");
+        TxError::Api(ApiError::internal())
+    })
+}
+
+fn is_lost(e: &DieselError) -> bool {
+    match e {
+        DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        )
+        | DieselError::BrokenTransactionManager => true,
+        DieselError::DatabaseError(_, info) => {
+            let m = info.message();
+            crate::error::is_unavailable_message(m) && !m.starts_with("canceling statement")
+        }
+        _ => false,
+    }
+}
+
+fn is_lock_timeout(e: &DieselError) -> bool {
+    matches!(e, DieselError::DatabaseError(_, info)
+        if info.message().contains("canceling statement due to lock timeout"))
+}
