@@ -26,6 +26,7 @@ pub mod routes;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod testkit;
 
 use std::net::TcpListener;
 use std::sync::Arc;
