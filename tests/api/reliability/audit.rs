@@ -432,4 +432,3 @@ pub fn report(test: &str, net: &Net, audit: &Audit, elapsed: Duration, extra: &s
         audit.violations.len(),
     );
 }
-

@@ -191,7 +191,10 @@ impl Straddle {
             let lock = self.probes[which as usize].lock.as_ref().expect("lock");
             lock.waiters(&mut self.monitor)
         };
-        assert!(waiters >= 1, "the `{name}` write is not waiting on the lock");
+        assert!(
+            waiters >= 1,
+            "the `{name}` write is not waiting on the lock"
+        );
         sent
     }
 

@@ -117,4 +117,3 @@ async fn nul_characters_in_text_are_422_not_500() {
     let r = checkpoint(&app, owner, t, v, json!({"after": true})).await;
     assert_eq!(r.status, 201, "{}", r.text);
 }
-

@@ -595,7 +595,6 @@ pub async fn seed(net: &Net, seed: u64) -> (Vec<Worker>, World) {
     )
 }
 
-
 /// One agent, one orbit, one task (for the single-instance tests).
 pub async fn seed_small(net: &Net) -> (Vec<Worker>, World) {
     let mut home = 0;
@@ -655,4 +654,3 @@ pub async fn seed_small(net: &Net) -> (Vec<Worker>, World) {
         },
     )
 }
-

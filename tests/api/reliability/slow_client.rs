@@ -125,25 +125,24 @@ impl User {
         let mut worst = Duration::ZERO;
         for i in 0..12 {
             let t = Instant::now();
-            let r = match i % 3 {
-                0 => client.get(format!("{base}/api/v1/orbits")).send().await,
-                1 => {
-                    client
-                        .get(format!("{base}/api/v1/me"))
-                        .bearer_auth(token)
-                        .send()
-                        .await
-                }
-                _ => {
-                    client
+            let r =
+                match i % 3 {
+                    0 => client.get(format!("{base}/api/v1/orbits")).send().await,
+                    1 => {
+                        client
+                            .get(format!("{base}/api/v1/me"))
+                            .bearer_auth(token)
+                            .send()
+                            .await
+                    }
+                    _ => client
                         .post(format!("{base}/api/v1/orbits"))
                         .bearer_auth(token)
                         .json(&json!({"slug": format!("rel-slow-{i}-{}", short_id()), "name": "x"}))
                         .send()
-                        .await
+                        .await,
                 }
-            }
-            .expect("a normal request while slow clients stall");
+                .expect("a normal request while slow clients stall");
             assert!(r.status().is_success(), "{}", r.status());
             worst = worst.max(t.elapsed());
         }
@@ -259,4 +258,3 @@ fn backends(conn: &mut PgConnection, db: &str, states: &str) -> i64 {
         ),
     )
 }
-
