@@ -23,10 +23,7 @@ const PRIVATE_PORT: u16 = 5432;
 impl PgServer {
     /// The server at `DATABASE_URL`, when it is set and not blank.
     pub fn from_env() -> Option<PgServer> {
-        std::env::var("DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-            .map(PgServer::Url)
+        database_url().map(PgServer::Url)
     }
 
     /// The URL of database `db` on this server.
@@ -73,6 +70,13 @@ impl PgServer {
             }
         }
     }
+}
+
+/// `DATABASE_URL`, when it is set and not blank.
+pub fn database_url() -> Option<String> {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
