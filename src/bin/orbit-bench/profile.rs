@@ -65,8 +65,6 @@ pub fn children_cpu_us() -> u64 {
     us(ru.ru_utime) + us(ru.ru_stime)
 }
 
-/// The database name in a PostgreSQL URL.
-
 /// Samples `pg_stat_activity` for one database every few milliseconds in its own
 /// thread: what the backends are doing (running, waiting on a lock, on WAL, idle
 /// inside a transaction while the service works between statements), and their CPU.

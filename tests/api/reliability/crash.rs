@@ -1,5 +1,5 @@
-//! 2. Crash: SIGKILL one instance under load; clients retry elsewhere with the same
-//! key, and every write applies exactly once.
+//! Test 2 of docs/RELIABILITY.md. Crash: SIGKILL one instance under load; clients retry
+//! elsewhere with the same key, and every write applies exactly once.
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
-//! 3. PostgreSQL restart under load: 503 in the envelope, then the same process
-//! serves again; no write answered 503 was applied, and retried with its key it
-//! runs once.
+//! Test 3 of docs/RELIABILITY.md. PostgreSQL restart under load: 503 in the envelope,
+//! then the same process serves again; no write answered 503 was applied, and retried
+//! with its key it runs once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

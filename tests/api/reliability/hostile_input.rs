@@ -1,6 +1,7 @@
-//! 5. Hostile input (regression for what schemathesis found; the fuzzing itself is
-//! scripts/schemathesis.sh): U+0000, which PostgreSQL `text` cannot hold, is 422 in
-//! the envelope wherever it is sent, never a 500, and nothing is written.
+//! Test 5 of docs/RELIABILITY.md. Hostile input (regression for what schemathesis
+//! found; the fuzzing itself is scripts/schemathesis.sh): U+0000, which PostgreSQL
+//! `text` cannot hold, is 422 in the envelope wherever it is sent, never a 500, and
+//! nothing is written.
 
 use orbit_commons::testkit::short_id;
 use reqwest::Method;

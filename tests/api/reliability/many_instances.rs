@@ -1,5 +1,6 @@
-//! 1. Many instances: three `serve` processes on one database, 16 agents racing for
-//! 200 tasks. No two leases of a task ever overlap, and every promise holds.
+//! Test 1 of docs/RELIABILITY.md. Many instances: three `serve` processes on one
+//! database, 16 agents racing for 200 tasks. No two leases of a task ever overlap, and
+//! every promise holds.
 
 use super::audit::ack_counts;
 use super::fleet::LoadRun;

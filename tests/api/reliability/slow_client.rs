@@ -1,6 +1,6 @@
-//! 4. Slow clients hold neither a worker nor a database connection: stalled
-//! connections against one worker, normal requests answered meanwhile, and the
-//! server closing each stalled one after about the client timeout.
+//! Test 4 of docs/RELIABILITY.md. Slow clients hold neither a worker nor a database
+//! connection: stalled connections against one worker, normal requests answered
+//! meanwhile, and the server closing each stalled one after about the client timeout.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
