@@ -10,7 +10,8 @@
 //! next to its own executable as a separate process, on a fresh database: a new
 //! database `orbit_bench_<pid>` on the server at `DATABASE_URL`, or, without
 //! `DATABASE_URL`, a private cluster under the temporary directory. It seeds data
-//! through the real API (bulk rows with SQL into the same database), runs every
+//! through the real API (bulk rows with the library's store functions into the same
+//! database), runs every
 //! scenario for a fixed duration after a warm-up with N concurrent virtual agents
 //! (each with its own token), and measures `pgbench -b tpcb-like` and `pgbench -S`
 //! at the same client counts on the same PostgreSQL server as references. It prints
@@ -24,8 +25,10 @@
 //! server and the service process, through `orbit_commons::testkit`), [`client`]
 //! (the load generator's HTTP client), [`seed`], [`scenarios`] (one virtual client
 //! per scenario, and the measurement), [`references`] (pgbench), [`profile`]
-//! (`--profile`) and [`report`] (the table and the JSON).
+//! (`--profile`) and [`report`] (the table and the JSON); [`bulk`] writes large
+//! seeds with the library's store functions.
 
+mod bulk;
 mod cli;
 mod client;
 mod profile;
@@ -46,6 +49,7 @@ use orbit_commons::testkit::pg::{database_url, db_name_of};
 use orbit_commons::testkit::{database, free_port, process, PgServer, PrivateCluster};
 use serde_json::json;
 
+use crate::bulk::Bulk;
 use crate::cli::{Args, Scenario};
 use crate::client::Api;
 use crate::profile::{enable_pgss, Probe};
@@ -55,7 +59,7 @@ use crate::report::{
 };
 use crate::scenarios::measure::{settle, RunCfg};
 use crate::scenarios::{make_row, run_one, shapes_of};
-use crate::seed::{Bulk, Seeder, World};
+use crate::seed::{Seeder, World};
 use crate::service::{spawn_service, Resources};
 
 fn main() -> ExitCode {

@@ -1,194 +1,15 @@
-//! Seeding: agents, orbits and tasks through the API; bulk rows with SQL into the
-//! service's database when it is reachable.
+//! Seeding: agents, orbits and tasks through the API; bulk rows through the
+//! library's store functions ([`crate::bulk`]) when the service's database is
+//! reachable.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use diesel::sql_types::{Array, BigInt, Nullable};
-use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl};
 use serde_json::json;
 
+use crate::bulk::Bulk;
 use crate::cli::Scenario;
 use crate::client::{Agent, Api, Method};
-
-/// Rows inserted with SQL straight into the service's database.
-pub struct Bulk {
-    pub url: String,
-}
-
-#[derive(QueryableByName)]
-pub struct IdRow {
-    #[diesel(sql_type = BigInt)]
-    pub id: i64,
-}
-
-impl Bulk {
-    pub fn conn(&self) -> Result<PgConnection, String> {
-        PgConnection::establish(&self.url).map_err(|e| format!("bulk seeding: cannot connect: {e}"))
-    }
-
-    /// Inserts `n` OPEN tasks into `orbit` with their `task.created` change rows,
-    /// keeping the orbit's revisions dense (the orbit row is locked, the change rows
-    /// take the next `n` revisions, and `orbits.revision` ends at the new maximum).
-    pub fn tasks(
-        &self,
-        orbit: i64,
-        creator: i64,
-        n: usize,
-        problem: Option<i64>,
-    ) -> Result<Vec<i64>, String> {
-        let mut conn = self.conn()?;
-        let ids = conn
-            .transaction::<Vec<i64>, diesel::result::Error, _>(|c| {
-                let rev0: IdRow =
-                    diesel::sql_query("SELECT revision AS id FROM orbits WHERE id = $1 FOR UPDATE")
-                        .bind::<BigInt, _>(orbit)
-                        .get_result(c)?;
-                let ids: Vec<IdRow> = diesel::sql_query(
-                    "INSERT INTO tasks (orbit_id, problem_id, title, description, created_by) \
-                     SELECT $1, $2, 'bench task ' || g, 'seeded by orbit-bench', $3 \
-                     FROM generate_series(1, $4) AS g RETURNING id",
-                )
-                .bind::<BigInt, _>(orbit)
-                .bind::<Nullable<BigInt>, _>(problem)
-                .bind::<BigInt, _>(creator)
-                .bind::<BigInt, _>(n as i64)
-                .load(c)?;
-                let mut ids: Vec<i64> = ids.into_iter().map(|r| r.id).collect();
-                ids.sort_unstable();
-                diesel::sql_query(
-                    "INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, \
-                                          task_id, contributor_id, summary) \
-                     SELECT $1, $2 + u.ord, 'task.created', 'task', u.id, u.id, $3, \
-                            'task ' || u.id || ' created' \
-                     FROM unnest($4::bigint[]) WITH ORDINALITY AS u(id, ord)",
-                )
-                .bind::<BigInt, _>(orbit)
-                .bind::<BigInt, _>(rev0.id)
-                .bind::<BigInt, _>(creator)
-                .bind::<Array<BigInt>, _>(&ids)
-                .execute(c)?;
-                diesel::sql_query("UPDATE orbits SET revision = $2 WHERE id = $1")
-                    .bind::<BigInt, _>(orbit)
-                    .bind::<BigInt, _>(rev0.id + ids.len() as i64)
-                    .execute(c)?;
-                Ok(ids)
-            })
-            .map_err(|e| format!("bulk task insert: {e}"))?;
-        if let Some(p) = problem {
-            // The overview counts a problem's tasks from its counters row.
-            if let Err(e) = diesel::sql_query(
-                "UPDATE problem_counters SET tasks_open = tasks_open + $2 WHERE problem_id = $1",
-            )
-            .bind::<BigInt, _>(p)
-            .bind::<BigInt, _>(ids.len() as i64)
-            .execute(&mut conn)
-            {
-                eprintln!("warning: problem {p}'s task counter not updated: {e}");
-            }
-        }
-        Ok(ids)
-    }
-
-    /// Gives the bulk-loaded tables statistics, as a database that grew through use
-    /// would have. Tables still empty are left never-analyzed: statistics saying
-    /// "empty" would make the planner trust their tiny size and keep sequential-scan
-    /// plans for the tables the load then fills (autovacuum would fix that only
-    /// after its next round, a minute later).
-    pub fn analyze(&self) -> Result<(), String> {
-        let mut conn = self.conn()?;
-        diesel::sql_query(
-            "DO $$ DECLARE t regclass; filled boolean; BEGIN \
-                 FOR t IN SELECT c.oid FROM pg_class c \
-                          JOIN pg_namespace n ON n.oid = c.relnamespace \
-                          WHERE n.nspname = current_schema() AND c.relkind = 'r' LOOP \
-                     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', t) INTO filled; \
-                     IF filled THEN EXECUTE format('ANALYZE %s', t); END IF; \
-                 END LOOP; \
-             END $$",
-        )
-        .execute(&mut conn)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-    }
-
-    /// Inserts `n` contributions of a problem (one revision each) with their
-    /// `contribution.created` change rows, and adds them to the problem's counters,
-    /// as the service would have. Follows the knowledge migration's schema.
-    pub fn contributions(
-        &self,
-        orbit: i64,
-        author: i64,
-        problem: i64,
-        n: usize,
-    ) -> Result<(), String> {
-        let mut conn = self.conn()?;
-        conn.transaction::<(), diesel::result::Error, _>(|c| {
-            let rev0: IdRow =
-                diesel::sql_query("SELECT revision AS id FROM orbits WHERE id = $1 FOR UPDATE")
-                    .bind::<BigInt, _>(orbit)
-                    .get_result(c)?;
-            let ids: Vec<IdRow> = diesel::sql_query(
-                "INSERT INTO contributions (orbit_id, kind, author_id, problem_id, title, body, \
-                                            created_at, updated_at) \
-                 SELECT $1, (ARRAY['ATTEMPT','OBSERVATION','CLAIM','QUESTION','NOTE'])[1 + g % 5], \
-                        $2, $3, 'bench contribution ' || g, 'seeded by orbit-bench', \
-                        clock_timestamp(), clock_timestamp() \
-                 FROM generate_series(1, $4) AS g RETURNING id",
-            )
-            .bind::<BigInt, _>(orbit)
-            .bind::<BigInt, _>(author)
-            .bind::<BigInt, _>(problem)
-            .bind::<BigInt, _>(n as i64)
-            .load(c)?;
-            let mut ids: Vec<i64> = ids.into_iter().map(|r| r.id).collect();
-            ids.sort_unstable();
-            diesel::sql_query(
-                "INSERT INTO contribution_revisions (contribution_id, revision, title, body, \
-                                                     created_at) \
-                 SELECT u.id, 1, 'bench contribution ' || u.id, 'seeded by orbit-bench', \
-                        clock_timestamp() \
-                 FROM unnest($1::bigint[]) AS u(id)",
-            )
-            .bind::<Array<BigInt>, _>(&ids)
-            .execute(c)?;
-            diesel::sql_query(
-                "UPDATE problem_counters pc SET \
-                     attempt = pc.attempt + k.attempt, observation = pc.observation + k.observation, \
-                     claim = pc.claim + k.claim, question = pc.question + k.question, \
-                     note = pc.note + k.note \
-                 FROM (SELECT count(*) FILTER (WHERE kind = 'ATTEMPT') AS attempt, \
-                              count(*) FILTER (WHERE kind = 'OBSERVATION') AS observation, \
-                              count(*) FILTER (WHERE kind = 'CLAIM') AS claim, \
-                              count(*) FILTER (WHERE kind = 'QUESTION') AS question, \
-                              count(*) FILTER (WHERE kind = 'NOTE') AS note \
-                       FROM contributions WHERE id = ANY($2::bigint[])) AS k \
-                 WHERE pc.problem_id = $1",
-            )
-            .bind::<BigInt, _>(problem)
-            .bind::<Array<BigInt>, _>(&ids)
-            .execute(c)?;
-            diesel::sql_query(
-                "INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, \
-                                      task_id, contributor_id, summary) \
-                 SELECT $1, $2 + u.ord, 'contribution.created', 'contribution', u.id, NULL, $3, \
-                        'contribution ' || u.id || ' created' \
-                 FROM unnest($4::bigint[]) WITH ORDINALITY AS u(id, ord)",
-            )
-            .bind::<BigInt, _>(orbit)
-            .bind::<BigInt, _>(rev0.id)
-            .bind::<BigInt, _>(author)
-            .bind::<Array<BigInt>, _>(&ids)
-            .execute(c)?;
-            diesel::sql_query("UPDATE orbits SET revision = $2 WHERE id = $1")
-                .bind::<BigInt, _>(orbit)
-                .bind::<BigInt, _>(rev0.id + ids.len() as i64)
-                .execute(c)?;
-            Ok(())
-        })
-        .map_err(|e| format!("bulk contribution insert: {e}"))
-    }
-}
 
 /// Fresh-task cursor of one lease-cycle client: cycles use the next task each time,
 /// wrapping around (a released task can be leased again) if the pool runs out.
@@ -267,7 +88,7 @@ pub struct Seeder<'a> {
     pub run_tag: String,
 }
 
-/// Tasks per lease-cycle client: seeded with SQL when the database is reachable.
+/// Tasks per lease-cycle client: bulk-seeded when the database is reachable.
 pub const POOL_SQL: usize = 1000;
 pub const POOL_HTTP: usize = 8;
 
