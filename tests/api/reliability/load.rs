@@ -316,23 +316,32 @@ impl Worker {
             self.rng.gen_range(0..world.tasks.len())
         };
         let task = world.tasks[i];
-        let seconds = self.rng.gen_range(1..=3);
-        let r = self
-            .write(
-                net,
-                Kind::Acquire,
-                &format!("/api/v1/tasks/{task}/leases"),
-                json!({"duration_seconds": seconds}),
-            )
-            .await;
-        if let Some(r) = r.filter(|r| r.status == 201) {
+        let path = format!("/api/v1/tasks/{task}/leases");
+        if let Some(d) = self.take_lease(net, Kind::Acquire, &path, 201).await {
             self.held = Some(Held {
                 task,
-                lease: r.json["data"]["id"].as_i64().expect("lease id"),
-                version: r.json["data"]["lease_version"].as_i64().expect("version"),
+                lease: d["id"].as_i64().expect("lease id"),
+                version: d["lease_version"].as_i64().expect("version"),
                 checkpoint: None,
             });
         }
+    }
+
+    /// A write that takes a lease of 1-3 s (acquire, accept); its data when it was
+    /// answered `expect`.
+    async fn take_lease(
+        &mut self,
+        net: &Net,
+        kind: Kind,
+        path: &str,
+        expect: u16,
+    ) -> Option<Value> {
+        let seconds = self.rng.gen_range(1..=3);
+        let r = self
+            .write(net, kind, path, json!({"duration_seconds": seconds}))
+            .await;
+        r.filter(|r| r.status == expect)
+            .map(|r| r.json["data"].clone())
     }
 
     /// Accepts a random pending handoff from the inbox; false when there was none.
@@ -359,17 +368,8 @@ impl Worker {
         }
         let h = &items[self.rng.gen_range(0..items.len())];
         let handoff = h["id"].as_i64().expect("handoff id");
-        let seconds = self.rng.gen_range(1..=3);
-        let r = self
-            .write(
-                net,
-                Kind::Accept,
-                &format!("/api/v1/handoffs/{handoff}/accept"),
-                json!({"duration_seconds": seconds}),
-            )
-            .await;
-        if let Some(r) = r.filter(|r| r.status == 200) {
-            let d = &r.json["data"];
+        let path = format!("/api/v1/handoffs/{handoff}/accept");
+        if let Some(d) = self.take_lease(net, Kind::Accept, &path, 200).await {
             self.held = Some(Held {
                 task: d["task_id"].as_i64().expect("task id"),
                 lease: d["lease"]["id"].as_i64().expect("lease id"),
