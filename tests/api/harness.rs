@@ -6,6 +6,9 @@
 //! directory (`orbit-test-<pid>`) with the same embedded-default machinery the binary
 //! uses; it is stopped and removed when the process exits, and clusters left by
 //! processes that died are removed by the next run. Runs never share a cluster.
+//! The cluster, the template and the databases come from `orbit_commons::testkit`
+//! (shared with the reliability tests and the bench); this file adds the in-process
+//! app and the HTTP helpers.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
