@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod model;
 pub mod perf;
 pub mod store;
+pub mod testkit;
 
 use std::net::TcpListener;
 use std::sync::Arc;

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use orbit_commons::testkit::free_port;
+
 /// The temporary data directory and the server process; cleans up whatever a
 /// failing test leaves behind.
 struct Serve {
@@ -52,11 +54,6 @@ impl Drop for Serve {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().unwrap().port()
-}
-
 fn fresh_dir() -> PathBuf {
     let dir = Path::new("/tmp").join(format!(
         "oc-emb-{}",
@@ -78,7 +75,7 @@ async fn status_of(client: &reqwest::Client, url: &str) -> Option<u16> {
 #[tokio::test]
 async fn serve_without_database_url_starts_and_stops_a_private_cluster() {
     let dir = fresh_dir();
-    let port = free_port();
+    let port = free_port().expect("a free port");
     let log = std::fs::File::create(dir.join("serve.log")).expect("log file");
     let child = Command::new(env!("CARGO_BIN_EXE_orbit-commons"))
         .arg("serve")

@@ -6,177 +6,50 @@
 //! directory (`orbit-test-<pid>`) with the same embedded-default machinery the binary
 //! uses; it is stopped and removed when the process exits, and clusters left by
 //! processes that died are removed by the next run. Runs never share a cluster.
+//! The cluster, the template and the databases come from `orbit_commons::testkit`
+//! (shared with the reliability tests and the bench); this file adds the in-process
+//! app and the HTTP helpers.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use orbit_commons::config::Config;
-use orbit_commons::db::embedded::Cluster;
+use orbit_commons::testkit::{self, database, PgServer, PrivateCluster, Template};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-struct Server {
-    /// URL of a database used for CREATE/DROP DATABASE.
-    admin_url: String,
-    /// Builds a URL for a database name.
-    url_for: UrlFor,
-    template: String,
-}
-
-/// Builds the URL of a database on the test server from its name.
-type UrlFor = Box<dyn Fn(&str) -> String + Send + Sync>;
-
-static SERVER: OnceLock<Server> = OnceLock::new();
-static CLUSTER: OnceLock<std::sync::Mutex<Option<Cluster>>> = OnceLock::new();
-
-fn test_cluster_dir(pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("orbit-test-{pid}"))
-}
-
-/// Stops and removes clusters of test processes that no longer run.
-fn remove_stale_clusters() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("orbit-test-")
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        // An orphaned postmaster: SIGQUIT is PostgreSQL's immediate shutdown.
-        let pidfile = entry.path().join("postgres/data/postmaster.pid");
-        if let Some(pm) = std::fs::read_to_string(pidfile)
-            .ok()
-            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
-        {
-            // SAFETY: sending a signal to a process id has no memory-safety preconditions.
-            unsafe {
-                libc::kill(pm, libc::SIGQUIT);
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        let _ = std::fs::remove_dir_all(entry.path());
-    }
-}
+/// The migrated template every test database is cloned from.
+static TEMPLATE: OnceLock<Template> = OnceLock::new();
+/// This process's private cluster (without `DATABASE_URL`), removed at exit.
+static CLUSTER: OnceLock<Mutex<Option<PrivateCluster>>> = OnceLock::new();
 
 extern "C" fn stop_cluster() {
     if let Some(m) = CLUSTER.get() {
         if let Ok(mut guard) = m.lock() {
-            if let Some(mut c) = guard.take() {
-                c.stop();
-                let _ = std::fs::remove_dir_all(test_cluster_dir(std::process::id()));
-            }
+            // Dropping it stops the cluster and removes its directory.
+            guard.take();
         }
     }
 }
 
-fn replace_db(url: &str, db: &str) -> String {
-    // postgres://user@host:port/db?params
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end);
-    let head = match path_start {
-        Some(i) => &base[..i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{head}/{db}?{q}"),
-        None => format!("{head}/{db}"),
-    }
-}
-
-fn exec(conn: &mut PgConnection, sql: &str) {
-    diesel::sql_query(sql)
-        .execute(conn)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-/// Drops databases left by test processes that no longer run.
-fn drop_stale(admin: &mut PgConnection) {
-    #[derive(diesel::QueryableByName)]
-    struct Name {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        datname: String,
-    }
-    let names: Vec<Name> = diesel::sql_query(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'orbit\\_t\\_%' OR datname LIKE 'orbit\\_tpl\\_%'",
-    )
-    .load(admin)
-    .unwrap_or_default();
-    for n in names {
-        let pid = n
-            .datname
-            .split('_')
-            .nth(2)
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            {
-                let _ = diesel::sql_query(format!(
-                    "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                    n.datname
-                ))
-                .execute(admin);
+fn template() -> &'static Template {
+    TEMPLATE.get_or_init(|| {
+        let server = PgServer::from_env().unwrap_or_else(|| {
+            let cluster = PrivateCluster::for_process("orbit-test")
+                .expect("start a private PostgreSQL cluster for tests");
+            let server = cluster.server();
+            CLUSTER.get_or_init(|| Mutex::new(Some(cluster)));
+            // SAFETY: registering a plain extern "C" function.
+            unsafe {
+                libc::atexit(stop_cluster);
             }
-        }
-    }
-}
-
-fn server() -> &'static Server {
-    SERVER.get_or_init(|| {
-        let (admin_url, url_for): (String, UrlFor) = match std::env::var("DATABASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        {
-            Some(url) => {
-                let u = url.clone();
-                (url, Box::new(move |db: &str| replace_db(&u, db)))
-            }
-            None => {
-                let dir = test_cluster_dir(std::process::id());
-                remove_stale_clusters();
-                let (cluster, url) =
-                    Cluster::start(&dir).expect("start a private PostgreSQL cluster for tests");
-                let socket = cluster.socket_dir.clone();
-                CLUSTER.get_or_init(|| std::sync::Mutex::new(Some(cluster)));
-                // SAFETY: registering a plain extern "C" function.
-                unsafe {
-                    libc::atexit(stop_cluster);
-                }
-                (
-                    url,
-                    Box::new(move |db: &str| {
-                        format!("postgres://orbit@/{db}?host={}&port=5432", socket.display())
-                    }),
-                )
-            }
-        };
-        let mut admin =
-            PgConnection::establish(&admin_url).expect("connect to the test database server");
-        drop_stale(&mut admin);
-        let template = format!("orbit_tpl_{}_{}", std::process::id(), rand_suffix());
-        exec(&mut admin, &format!("CREATE DATABASE \"{template}\""));
-        orbit_commons::db::migrate(&url_for(&template)).expect("migrate the template database");
-        Server {
-            admin_url,
-            url_for,
-            template,
-        }
+            server
+        });
+        database::drop_stale(&server, &["orbit_t_", "orbit_tpl_"]);
+        let name = format!("orbit_tpl_{}_{}", std::process::id(), testkit::short_id());
+        Template::create(server, name).expect("create the template database")
     })
-}
-
-fn rand_suffix() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
 }
 
 /// A fresh, migrated database for one test, dropped when the test ends.
@@ -190,28 +63,12 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> TestDb {
-        let s = server();
-        let name = format!("orbit_t_{}_{}", std::process::id(), rand_suffix());
-        let mut admin = PgConnection::establish(&s.admin_url).expect("connect admin");
-        // Concurrent clones of one template can collide on its lock: retry briefly.
-        let mut tries = 0;
-        loop {
-            match diesel::sql_query(format!(
-                "CREATE DATABASE \"{name}\" TEMPLATE \"{}\"",
-                s.template
-            ))
-            .execute(&mut admin)
-            {
-                Ok(_) => break,
-                Err(e) if tries < 50 && e.to_string().contains("being accessed") => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => panic!("create test database: {e}"),
-            }
-        }
+        let name = format!("orbit_t_{}_{}", std::process::id(), testkit::short_id());
+        let url = template()
+            .fresh(&name)
+            .unwrap_or_else(|e| panic!("create test database: {e}"));
         TestDb {
-            url: (s.url_for)(&name),
+            url,
             name,
             owned: true,
         }
@@ -227,14 +84,8 @@ impl Drop for TestDb {
         if !self.owned {
             return;
         }
-        if let Some(s) = SERVER.get() {
-            if let Ok(mut admin) = PgConnection::establish(&s.admin_url) {
-                let _ = diesel::sql_query(format!(
-                    "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                    self.name
-                ))
-                .execute(&mut admin);
-            }
+        if let Some(t) = TEMPLATE.get() {
+            let _ = database::drop(t.server(), &self.name);
         }
     }
 }

@@ -1,0 +1,153 @@
+//! The command line: flags, scenario names and the pgbench reference of each.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::Serialize;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "orbit-bench",
+    about = "Load-tests Orbit Commons against pgbench on the same PostgreSQL server (issue 9)."
+)]
+pub struct Args {
+    /// Scenarios: `all` or a comma-separated list of lease-cycle, handoff-chain,
+    /// idempotent-replay, public-get, authed-get, changes-feed, overview.
+    #[arg(long, default_value = "all")]
+    pub scenario: String,
+
+    /// Client counts (concurrent virtual agents), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    pub clients: Vec<usize>,
+
+    /// Measured seconds per scenario, shape and client count (also pgbench's -T).
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+
+    /// Warm-up seconds before each measurement (requests made then are not counted).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+
+    /// Target a running service instead of starting one. Set DATABASE_URL to that
+    /// service's database to enable bulk seeding and the pgbench references.
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// With --url: the service's process id, to report its memory.
+    #[arg(long)]
+    pub pid: Option<u32>,
+
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "target/bench/results.json")]
+    pub json: PathBuf,
+
+    /// Skip the pgbench references.
+    #[arg(long)]
+    pub no_pgbench: bool,
+
+    /// CI smoke run: authed-get, 1 client, 2 s, no pgbench; checks the tool runs.
+    #[arg(long)]
+    pub smoke: bool,
+
+    /// Also profile every row: CPU per request of the service, its database backends
+    /// and the load generator; transactions and (with pg_stat_statements, which is
+    /// preloaded into the private cluster for this) statements per request; what the
+    /// backends wait on. Sampling costs a little throughput: take the headline table
+    /// from a run without it.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scenario {
+    LeaseCycle,
+    HandoffChain,
+    IdempotentReplay,
+    PublicGet,
+    AuthedGet,
+    ChangesFeed,
+    Overview,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 7] = [
+        Scenario::LeaseCycle,
+        Scenario::HandoffChain,
+        Scenario::IdempotentReplay,
+        Scenario::PublicGet,
+        Scenario::AuthedGet,
+        Scenario::ChangesFeed,
+        Scenario::Overview,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::LeaseCycle => "lease-cycle",
+            Scenario::HandoffChain => "handoff-chain",
+            Scenario::IdempotentReplay => "idempotent-replay",
+            Scenario::PublicGet => "public-get",
+            Scenario::AuthedGet => "authed-get",
+            Scenario::ChangesFeed => "changes-feed",
+            Scenario::Overview => "overview",
+        }
+    }
+
+    /// The pgbench reference a scenario is compared with.
+    pub fn reference(self) -> RefKind {
+        match self {
+            Scenario::LeaseCycle | Scenario::HandoffChain | Scenario::IdempotentReplay => {
+                RefKind::TpcbLike
+            }
+            _ => RefKind::SelectOnly,
+        }
+    }
+
+    pub fn parse_list(text: &str) -> Result<Vec<Scenario>, String> {
+        let mut out = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part == "all" {
+                out.extend(Scenario::ALL);
+                continue;
+            }
+            let s = Scenario::ALL
+                .into_iter()
+                .find(|s| s.name() == part)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown scenario `{part}`; use all or one of: {}",
+                        Scenario::ALL.map(|s| s.name()).join(", ")
+                    )
+                })?;
+            out.push(s);
+        }
+        out.sort();
+        out.dedup();
+        if out.is_empty() {
+            return Err("no scenario given".into());
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefKind {
+    TpcbLike,
+    SelectOnly,
+}
+
+impl RefKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RefKind::TpcbLike => "tpcb-like",
+            RefKind::SelectOnly => "select-only",
+        }
+    }
+
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            RefKind::TpcbLike => &["-b", "tpcb-like"],
+            RefKind::SelectOnly => &["-S"],
+        }
+    }
+}

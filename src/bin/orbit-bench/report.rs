@@ -1,0 +1,379 @@
+//! Reporting: the rows, the targets, the Markdown table and the JSON report.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{RefKind, Scenario};
+use crate::profile::{profile_table, Profile};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub scenario: String,
+    pub shape: String,
+    pub clients: usize,
+    pub requests: u64,
+    pub requests_per_s: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub errors: u64,
+    pub error_kinds: BTreeMap<String, u64>,
+    pub reference: Option<String>,
+    pub reference_tps: Option<f64>,
+    pub ratio: Option<f64>,
+    pub note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+impl Row {
+    pub fn skipped(scenario: Scenario, shape: &str, clients: usize, note: String) -> Row {
+        Row {
+            scenario: scenario.name().into(),
+            shape: shape.into(),
+            clients,
+            requests: 0,
+            requests_per_s: None,
+            p50_ms: None,
+            p99_ms: None,
+            errors: 0,
+            error_kinds: BTreeMap::new(),
+            reference: None,
+            reference_tps: None,
+            ratio: None,
+            note: Some(note),
+            profile: None,
+        }
+    }
+}
+
+pub fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "—".into())
+}
+
+pub fn markdown_table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| scenario | shape | clients | requests/s | p50 ms | p99 ms | errors | reference TPS | ratio |\n\
+         |---|---|---:|---:|---:|---:|---:|---|---:|\n",
+    );
+    for r in rows {
+        let reference = match (&r.reference, r.reference_tps) {
+            (Some(k), Some(t)) => format!("{k} {t:.0}"),
+            (Some(k), None) => format!("{k} n/a"),
+            _ => "—".into(),
+        };
+        let rps = match (&r.note, r.requests_per_s) {
+            (Some(note), None) => note.clone(),
+            _ => fmt_opt(r.requests_per_s, 1),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.scenario,
+            r.shape,
+            r.clients,
+            rps,
+            fmt_opt(r.p50_ms, 2),
+            fmt_opt(r.p99_ms, 2),
+            r.errors,
+            reference,
+            fmt_opt(r.ratio, 2),
+        ));
+    }
+    out
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub target: String,
+    pub measured: String,
+    pub status: &'static str,
+}
+
+pub fn target(name: &str, measured: String, met: Option<bool>) -> Target {
+    Target {
+        target: name.into(),
+        measured,
+        status: match met {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "not measured",
+        },
+    }
+}
+
+pub fn find<'a>(rows: &'a [Row], scenario: &str, shape: &str, clients: usize) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.scenario == scenario
+            && r.shape == shape
+            && r.clients == clients
+            && r.requests_per_s.is_some()
+    })
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Memory {
+    pub pid: Option<u32>,
+    pub idle_after_start_kib: Option<u64>,
+    pub idle_before_load_kib: Option<u64>,
+    pub rss_at_end_kib: Option<u64>,
+    pub peak_hwm_kib: Option<u64>,
+}
+
+pub fn mib(kib: Option<u64>) -> String {
+    kib.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+pub fn evaluate(rows: &[Row], mem: &Memory) -> Vec<Target> {
+    let mut out = Vec::new();
+    let ratio_of =
+        |s: &str, shape: &str| find(rows, s, shape, 8).and_then(|r| r.ratio.map(|x| (x, r)));
+    match ratio_of("lease-cycle", "spread") {
+        Some((ratio, r)) => {
+            let p99 = r.p99_ms.unwrap_or(f64::MAX);
+            out.push(target(
+                "lease-cycle spread @8 ≥ 0.6× tpcb-like and p99 < 20 ms",
+                format!("{ratio:.2}×, p99 {p99:.1} ms"),
+                Some(ratio >= 0.6 && p99 < 20.0),
+            ));
+        }
+        None => out.push(target(
+            "lease-cycle spread @8 ≥ 0.6× tpcb-like and p99 < 20 ms",
+            "n/a".into(),
+            None,
+        )),
+    }
+    let hot = ratio_of("lease-cycle", "hot");
+    out.push(target(
+        "lease-cycle hot @8 ≥ 0.5× tpcb-like",
+        hot.map(|(x, _)| format!("{x:.2}×"))
+            .unwrap_or_else(|| "n/a".into()),
+        hot.map(|(x, _)| x >= 0.5),
+    ));
+    for (scenario, shapes) in [
+        ("public-get", &["task", "contribution", "list"][..]),
+        ("authed-get", &["me"][..]),
+    ] {
+        for shape in shapes {
+            let r = ratio_of(scenario, shape);
+            out.push(target(
+                &format!("{scenario} {shape} @8 ≥ 0.25× select-only"),
+                r.map(|(x, _)| format!("{x:.2}×"))
+                    .unwrap_or_else(|| "n/a".into()),
+                r.map(|(x, _)| x >= 0.25),
+            ));
+        }
+    }
+    for (scenario, small, large) in [
+        ("changes-feed", "1k", "100k"),
+        ("overview", "small", "large"),
+    ] {
+        let (a, b) = (
+            find(rows, scenario, small, 8),
+            find(rows, scenario, large, 8),
+        );
+        let (measured, met) = match (a.and_then(|r| r.p99_ms), b.and_then(|r| r.p99_ms)) {
+            (Some(a), Some(b)) if a > 0.0 => {
+                let k = b / a;
+                (format!("p99 {a:.2} → {b:.2} ms ({k:.2}×)"), Some(k <= 2.0))
+            }
+            _ => ("n/a".into(), None),
+        };
+        out.push(target(
+            &format!("{scenario} p99 @8 {large} within 2× of {small}"),
+            measured,
+            met,
+        ));
+    }
+    let idle = mem.idle_before_load_kib.or(mem.idle_after_start_kib);
+    out.push(target(
+        "service RSS idle < 64 MiB",
+        format!(
+            "{} after start, {} before load",
+            mib(mem.idle_after_start_kib),
+            mib(mem.idle_before_load_kib)
+        ),
+        idle.map(|k| k < 64 * 1024),
+    ));
+    let end = mem.peak_hwm_kib.or(mem.rss_at_end_kib);
+    out.push(target(
+        "service RSS < 256 MiB at the end (judged on the peak, VmHWM)",
+        format!(
+            "peak {}, at end {}",
+            mib(mem.peak_hwm_kib),
+            mib(mem.rss_at_end_kib)
+        ),
+        end.map(|k| k < 256 * 1024),
+    ));
+    out
+}
+
+#[derive(Serialize)]
+pub struct Report<'a> {
+    pub generated_at: String,
+    pub command: Vec<String>,
+    pub service: String,
+    pub database: String,
+    pub clients: &'a [usize],
+    pub duration_s: u64,
+    pub warmup_s: u64,
+    pub machine: Machine,
+    pub rows: &'a [Row],
+    pub references: Vec<RefRow>,
+    pub memory: &'a Memory,
+    pub token_cache: Value,
+    pub targets: &'a [Target],
+    pub notes: &'a [String],
+}
+
+#[derive(Serialize)]
+pub struct Machine {
+    pub cores: usize,
+    pub load_average_start: String,
+    pub load_average_end: String,
+}
+
+#[derive(Serialize)]
+pub struct RefRow {
+    pub reference: RefKind,
+    pub clients: usize,
+    pub tps: Option<f64>,
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "n/a".into())
+}
+
+pub fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+impl Report<'_> {
+    /// The Markdown the bench prints: the rows, errors, references, memory, the token
+    /// cache, notes, the profile (with `--profile`) and the targets (unless `--smoke`).
+    pub fn text(&self, profile: bool, smoke: bool) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "\n## orbit-bench results\n\nservice: {} · database: {} · {} core(s) · load average {} → {} · {} s warm-up + {} s per row\n\n",
+            self.service,
+            self.database,
+            self.machine.cores,
+            self.machine.load_average_start,
+            self.machine.load_average_end,
+            self.warmup_s,
+            self.duration_s
+        ));
+        out.push_str(&markdown_table(self.rows));
+        let with_errors: Vec<_> = self.rows.iter().filter(|r| r.errors > 0).collect();
+        if !with_errors.is_empty() {
+            out.push_str("\nerrors:\n");
+            for r in with_errors {
+                out.push_str(&format!(
+                    "- {} {} @{}: {:?}\n",
+                    r.scenario, r.shape, r.clients, r.error_kinds
+                ));
+            }
+        }
+        if !self.references.is_empty() {
+            out.push_str("\nreferences (pgbench on the same server):\n");
+            for r in &self.references {
+                match (r.tps, &r.error) {
+                    (Some(t), _) => out.push_str(&format!(
+                        "- {} @{}: {t:.1} TPS\n",
+                        r.reference.name(),
+                        r.clients
+                    )),
+                    (None, Some(e)) => out.push_str(&format!(
+                        "- {} @{}: n/a ({})\n",
+                        r.reference.name(),
+                        r.clients,
+                        e.lines().next().unwrap_or("")
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        out.push_str(&format!(
+            "\nservice memory (pid {}): idle after start {}, idle before load {}, at end {}, peak (VmHWM) {}\n",
+            self.memory.pid.map(|p| p.to_string()).unwrap_or_else(|| "n/a".into()),
+            mib(self.memory.idle_after_start_kib),
+            mib(self.memory.idle_before_load_kib),
+            mib(self.memory.rss_at_end_kib),
+            mib(self.memory.peak_hwm_kib)
+        ));
+        out.push_str(&format!(
+            "token cache: {}\n",
+            match &self.token_cache {
+                Value::String(s) => s.clone(),
+                v => match (v["hit_rate_during_load"].as_f64(), v["hit_rate"].as_f64()) {
+                    (Some(l), _) => format!(
+                        "hit rate during load {:.4} ({:.0} hits, {:.0} misses; overall {:.4})",
+                        l,
+                        v["hits_during_load"].as_f64().unwrap_or(0.0),
+                        v["misses_during_load"].as_f64().unwrap_or(0.0),
+                        v["hit_rate"].as_f64().unwrap_or(0.0)
+                    ),
+                    (None, Some(t)) => format!("hit rate {t:.4}"),
+                    _ => "n/a".into(),
+                },
+            }
+        ));
+        for note in self.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        if profile {
+            out.push_str(
+                "\nprofile (per request, or per pgbench transaction; backends = mean number of the \
+                 database's connections in each state):\n\n",
+            );
+            out.push_str(&profile_table(self.rows, &self.references));
+            for r in self.rows {
+                let Some(p) = &r.profile else { continue };
+                if p.top_statements.is_empty() {
+                    continue;
+                }
+                out.push_str(&format!(
+                    "\nstatements of {} {} @{} ({:.1} per request):\n",
+                    r.scenario,
+                    r.shape,
+                    r.clients,
+                    p.statements_per_unit.unwrap_or(0.0)
+                ));
+                for st in p.top_statements.iter().take(15) {
+                    out.push_str(&format!(
+                        "- {:.2}/req, mean {:.3} ms, {:.0}% of time: {}\n",
+                        st.calls_per_unit,
+                        st.mean_ms,
+                        100.0 * st.share_of_time,
+                        st.query
+                    ));
+                }
+            }
+        }
+        if !smoke {
+            out.push_str("\n| target (8 clients) | measured | status |\n|---|---|---|\n");
+            for t in self.targets {
+                out.push_str(&format!(
+                    "| {} | {} | {} |\n",
+                    t.target, t.measured, t.status
+                ));
+            }
+        }
+        out
+    }
+}

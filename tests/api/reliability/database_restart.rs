@@ -1,0 +1,347 @@
+//! Test 3 of docs/RELIABILITY.md. PostgreSQL restart under load: 503 in the envelope,
+//! then the same process serves again; no write answered 503 was applied, and retried
+//! with its key it runs once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::{Connection, PgConnection};
+use orbit_commons::testkit::{short_id, PrivateCluster, Service};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use super::fleet::{load_env, start_serve, with_setting};
+use super::load::{seed_small, Kind, Net};
+use crate::harness::sql_i64;
+
+const DB_TIMEOUT_MS: u64 = 1000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_restart_gives_503_then_recovers() {
+    let started = Instant::now();
+    let pg = PrivateCluster::start(
+        &std::path::Path::new("/tmp").join(format!("oc-rel-pg-{}", short_id())),
+    )
+    .expect("start a private PostgreSQL cluster");
+    let url = pg.url().to_owned();
+    orbit_commons::db::migrate(&url).expect("migrate the private cluster");
+    let env = with_setting(load_env(&url), "ORBIT_DB_TIMEOUT_MS", DB_TIMEOUT_MS);
+    let env = with_setting(env, "ORBIT_DB_POOL_SIZE", 4);
+    let mut serve = start_serve(pg.dir(), "serve", &env).await;
+    let pid = serve.pid();
+
+    // An agent holding a long lease on one task; light load: two clients, each
+    // cycling read / authenticated read / keyed write (a checkpoint of that task).
+    let client = Client::holding_a_lease(&serve).await;
+    let load = LightLoad::start(&client, 2);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Outage.
+    tokio::task::block_in_place(|| pg.cluster().stop_now()).expect("stop PostgreSQL");
+    let down = Instant::now();
+    let mut outage_probes = Vec::new();
+    for what in ["ready", "read", "me", "write"] {
+        outage_probes.push(client.probe(what).await);
+    }
+    assert_eq!(
+        client.status_of("/healthz").await,
+        Some(200),
+        "the process is not up during the outage"
+    );
+    tokio::time::sleep_until((down + Duration::from_secs(4)).into()).await;
+    assert!(
+        serve.alive(),
+        "the service died with the database:\n{}",
+        serve.log_tail()
+    );
+
+    // Restart; the same process must serve again.
+    let restart_called = Instant::now();
+    tokio::task::block_in_place(|| pg.cluster().restart()).expect("restart PostgreSQL");
+    let ready_in = client.ready_again(&serve).await;
+    let steady = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut all = load.stop().await;
+    // Right after: every kind of request succeeds, many times in a row.
+    for i in 0..30 {
+        let what = ["read", "me", "write"][i % 3];
+        let s = client.probe(what).await;
+        assert!(
+            matches!(s.status, Some(200) | Some(201)),
+            "request {i} ({what}) after recovery: {s:?}\n{}",
+            serve.log_tail()
+        );
+    }
+    assert!(serve.alive(), "the service exited");
+    assert_eq!(serve.pid(), pid, "not the same process");
+
+    all.extend(outage_probes.iter().cloned());
+    let limit = Duration::from_millis(DB_TIMEOUT_MS) + Duration::from_secs(2);
+    let during: Vec<&Sample> = all
+        .iter()
+        .filter(|s| s.sent >= down && s.done < restart_called)
+        .collect();
+    let writes_during = during.iter().filter(|s| s.what == "write").count();
+    assert!(
+        during.len() >= 6,
+        "too few requests during the outage: {during:?}"
+    );
+    let mut worst = Duration::ZERO;
+    for s in &during {
+        worst = worst.max(s.done - s.sent);
+        assert!(
+            s.status == Some(503) && s.envelope && s.retry_after,
+            "during the outage: {s:?}"
+        );
+        assert!(s.done - s.sent <= limit, "hung past the timeout: {s:?}");
+    }
+    for s in &outage_probes {
+        assert_eq!(s.status, Some(503), "probe during the outage: {s:?}");
+    }
+    let after: Vec<&Sample> = all.iter().filter(|s| s.sent >= steady).collect();
+    for s in &after {
+        assert!(
+            matches!(s.status, Some(200) | Some(201)),
+            "after recovery: {s:?}"
+        );
+    }
+    let lost: Vec<&Sample> = all.iter().filter(|s| s.status.is_none()).collect();
+    assert!(lost.is_empty(), "requests without an answer: {lost:?}");
+
+    // Writes refused with 503 ran nowhere: retried with the same key they run once;
+    // acknowledged ones are all there, once.
+    let mut conn = PgConnection::establish(&url).expect("connect");
+    let refused: Vec<String> = during.iter().filter_map(|s| s.key.clone()).collect();
+    for k in &refused {
+        assert_eq!(
+            checkpoints_of(&mut conn, k),
+            0,
+            "a write answered 503 was applied: {k}"
+        );
+        let r = client.checkpoint(k).send().await.expect("retry");
+        assert_eq!(r.status(), 201, "retry of {k}");
+    }
+    let acked: Vec<String> = all
+        .iter()
+        .filter(|s| s.status == Some(201))
+        .filter_map(|s| s.key.clone())
+        .chain(refused.iter().cloned())
+        .collect();
+    for k in &acked {
+        let n = checkpoints_of(&mut conn, k);
+        assert_eq!(n, 1, "acknowledged checkpoint {k} stored {n} times");
+    }
+    let gaps = sql_i64(
+        &mut conn,
+        "SELECT count(*) AS n FROM orbits o WHERE o.revision <> (SELECT count(*) FROM changes c WHERE c.orbit_id = o.id)",
+    );
+    assert_eq!(gaps, 0, "revisions not dense after the restart");
+
+    let ok_before = all
+        .iter()
+        .filter(|s| s.done < down && matches!(s.status, Some(200) | Some(201)))
+        .count();
+    eprintln!(
+        "RELIABILITY database_restart_gives_503_then_recovers: {:.1} s; requests {} \
+         (2xx before outage {ok_before}, during outage {} ({writes_during} writes) all 503 enveloped, worst latency {} ms \
+         vs limit {} ms, after recovery {} all 2xx + 30 sequential 2xx); /readyz 200 {} ms after \
+         restart; 503'd writes retried with the same key {} (applied once each); acknowledged \
+         checkpoints {}; same pid {pid}; violations 0",
+        started.elapsed().as_secs_f64(),
+        all.len(),
+        during.len(),
+        worst.as_millis(),
+        limit.as_millis(),
+        after.len(),
+        ready_in.as_millis(),
+        refused.len(),
+        acked.len(),
+    );
+    drop(serve);
+}
+
+/// How many checkpoints a key's write left.
+fn checkpoints_of(conn: &mut PgConnection, key: &str) -> i64 {
+    sql_i64(
+        conn,
+        &format!("SELECT count(*) AS n FROM checkpoints WHERE summary = 'checkpoint {key}'"),
+    )
+}
+
+/// A light-load client of one instance: an agent holding a long lease on one task.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    task: i64,
+}
+
+impl Client {
+    /// Seeds one agent, orbit and task, and acquires a one-hour lease on the task.
+    async fn holding_a_lease(serve: &Service) -> Client {
+        let base = serve.base();
+        let net = Net::new(vec![base.clone()]);
+        let (mut workers, world) = seed_small(&net).await;
+        let w = &mut workers[0];
+        let task = world.tasks[0];
+        let r = w
+            .write(
+                &net,
+                Kind::Acquire,
+                &format!("/api/v1/tasks/{task}/leases"),
+                json!({"duration_seconds": 3600}),
+            )
+            .await
+            .expect("acquire");
+        assert_eq!(r.status, 201, "{}", r.json);
+        assert_eq!(r.json["data"]["lease_version"], 1);
+        Client {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .expect("client"),
+            base,
+            token: w.token.clone(),
+            task,
+        }
+    }
+
+    /// A keyed checkpoint of the leased task, its summary naming the key.
+    fn checkpoint(&self, key: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!(
+                "{}/api/v1/tasks/{}/checkpoints",
+                self.base, self.task
+            ))
+            .bearer_auth(&self.token)
+            .header("Idempotency-Key", key)
+            .json(&json!({"lease_version": 1, "summary": format!("checkpoint {key}"), "state": {}}))
+    }
+
+    async fn status_of(&self, path: &str) -> Option<u16> {
+        let r = self.http.get(format!("{}{path}", self.base)).send().await;
+        r.map(|r| r.status().as_u16()).ok()
+    }
+
+    /// Polls `/readyz` after the restart; how long until it answered 200.
+    async fn ready_again(&self, serve: &Service) -> Duration {
+        let up = Instant::now();
+        loop {
+            let s = self.probe("ready").await;
+            if s.status == Some(200) {
+                return up.elapsed();
+            }
+            assert!(
+                up.elapsed() < Duration::from_secs(20),
+                "/readyz not 200 within 20 s of the restart: {s:?}\n{}",
+                serve.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// One request as a light-load client sees it (no retries: every answer counts).
+    async fn probe(&self, what: &'static str) -> Sample {
+        let (client, base, token, task) = (&self.http, &self.base, &self.token, self.task);
+        let sent = Instant::now();
+        let mut key = None;
+        let req = match what {
+            "read" => client.get(format!("{base}/api/v1/tasks/{task}")),
+            "me" => client.get(format!("{base}/api/v1/me")).bearer_auth(token),
+            "ready" => client.get(format!("{base}/readyz")),
+            _ => {
+                let k = format!("outage-{}", short_id());
+                key = Some(k.clone());
+                self.checkpoint(&k)
+            }
+        };
+        let (status, envelope, retry_after) = match req.send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let retry_after = r.headers().contains_key("retry-after");
+                let json_type = r
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with("application/json"));
+                let body: Value = r.json().await.unwrap_or(Value::Null);
+                let envelope = json_type
+                    && body["message"].is_string()
+                    && body["code"].is_string()
+                    && body.as_object().is_some_and(|o| {
+                        o.keys()
+                            .all(|k| ["message", "code", "errors", "details"].contains(&k.as_str()))
+                    });
+                (Some(status), envelope, retry_after)
+            }
+            Err(_) => (None, false, false),
+        };
+        Sample {
+            what,
+            sent,
+            done: Instant::now(),
+            status,
+            envelope,
+            retry_after,
+            key,
+        }
+    }
+}
+
+/// Clients cycling read / authenticated read / keyed write until stopped, every
+/// answer (or its absence) recorded.
+struct LightLoad {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    loaders: Vec<JoinHandle<()>>,
+}
+
+impl LightLoad {
+    fn start(client: &Client, clients: usize) -> LightLoad {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+        let loaders = (0..clients)
+            .map(|_| {
+                let client = client.clone();
+                let (stop, samples) = (stop.clone(), samples.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        for what in ["read", "me", "write"] {
+                            let s = client.probe(what).await;
+                            samples.lock().unwrap().push(s);
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                })
+            })
+            .collect();
+        LightLoad {
+            stop,
+            samples,
+            loaders,
+        }
+    }
+
+    /// Stops the clients; every sample they took.
+    async fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        for l in self.loaders {
+            l.await.expect("loader");
+        }
+        let samples = self.samples.lock().unwrap().clone();
+        samples
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Sample {
+    what: &'static str,
+    sent: Instant,
+    done: Instant,
+    status: Option<u16>,
+    envelope: bool,
+    retry_after: bool,
+    key: Option<String>,
+}
