@@ -67,10 +67,11 @@ pub enum Scenario {
     AuthedGet,
     ChangesFeed,
     Overview,
+    WriteMix,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::LeaseCycle,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
@@ -78,6 +79,7 @@ impl Scenario {
         Scenario::AuthedGet,
         Scenario::ChangesFeed,
         Scenario::Overview,
+        Scenario::WriteMix,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,15 +91,17 @@ impl Scenario {
             Scenario::AuthedGet => "authed-get",
             Scenario::ChangesFeed => "changes-feed",
             Scenario::Overview => "overview",
+            Scenario::WriteMix => "write-mix",
         }
     }
 
     /// The pgbench reference a scenario is compared with.
     pub fn reference(self) -> RefKind {
         match self {
-            Scenario::LeaseCycle | Scenario::HandoffChain | Scenario::IdempotentReplay => {
-                RefKind::TpcbLike
-            }
+            Scenario::LeaseCycle
+            | Scenario::HandoffChain
+            | Scenario::IdempotentReplay
+            | Scenario::WriteMix => RefKind::TpcbLike,
             _ => RefKind::SelectOnly,
         }
     }

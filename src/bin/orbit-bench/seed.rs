@@ -131,8 +131,10 @@ impl Seeder<'_> {
         let has = |s: Scenario| scenarios.contains(&s);
         let need_spread = has(Scenario::LeaseCycle)
             || has(Scenario::HandoffChain)
-            || has(Scenario::IdempotentReplay);
-        let need_hot = has(Scenario::LeaseCycle) || has(Scenario::PublicGet);
+            || has(Scenario::IdempotentReplay)
+            || has(Scenario::WriteMix);
+        let need_hot =
+            has(Scenario::LeaseCycle) || has(Scenario::PublicGet) || has(Scenario::WriteMix);
         let need_big = has(Scenario::ChangesFeed) || has(Scenario::Overview);
 
         eprintln!("seeding: registering {max_c} agents");

@@ -60,6 +60,85 @@ pub async fn lease_cycle_client(
     ((api, agent, pool), rec)
 }
 
+/// One hot-orbit writer of every ordinary write kind (issue 25's `write-mix`): each
+/// cycle creates a task, creates a contribution and revises it, and saves a
+/// checkpoint under the lease the client took on its first task (the checkpoint
+/// runs as a quick write; the other three on the ordinary path).
+pub async fn write_mix_client(
+    (api, agent, orbit): (Api, Agent, i64),
+    mut rec: Rec,
+) -> ((Api, Agent, i64), Rec) {
+    let mut lease: Option<(i64, i64)> = None;
+    let mut step = 0u64;
+    while rec.running() {
+        step += 1;
+        let t0 = Instant::now();
+        let r = api
+            .post_keyed(
+                &format!("/api/v1/orbits/{orbit}/tasks"),
+                &agent.token,
+                &json!({"title": format!("mix {step}")}),
+            )
+            .await;
+        let Some(resp) = rec.check(t0, r, 201, false) else {
+            continue;
+        };
+        let task = resp.json()["data"]["id"].as_i64();
+        if lease.is_none() {
+            if let Some(task) = task {
+                let r = api
+                    .post_keyed(
+                        &format!("/api/v1/tasks/{task}/leases"),
+                        &agent.token,
+                        &json!({"duration_seconds": 3600}),
+                    )
+                    .await;
+                if let Ok(r) = r {
+                    lease = r.json()["data"]["lease_version"]
+                        .as_i64()
+                        .map(|v| (task, v));
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let r = api
+            .post_keyed(
+                &format!("/api/v1/orbits/{orbit}/contributions"),
+                &agent.token,
+                &json!({"kind": "NOTE", "title": format!("note {step}"),
+                        "body": "what this writer found, step by step"}),
+            )
+            .await;
+        let contribution = rec
+            .check(t0, r, 201, false)
+            .and_then(|resp| resp.json()["data"]["id"].as_i64());
+        if let Some(c) = contribution {
+            let t0 = Instant::now();
+            let r = api
+                .post_keyed(
+                    &format!("/api/v1/contributions/{c}/revisions"),
+                    &agent.token,
+                    &json!({"base_revision": 1, "body": "revised once"}),
+                )
+                .await;
+            rec.check(t0, r, 201, false);
+        }
+        if let Some((task, version)) = lease {
+            let t0 = Instant::now();
+            let r = api
+                .post_keyed(
+                    &format!("/api/v1/tasks/{task}/checkpoints"),
+                    &agent.token,
+                    &json!({"lease_version": version, "summary": "mix step",
+                            "state": {"step": step}}),
+                )
+                .await;
+            rec.check(t0, r, 201, false);
+        }
+    }
+    ((api, agent, orbit), rec)
+}
+
 /// Re-reads a chain's task after an error: who holds it now, under which version.
 pub async fn resync_chain(api: &Api, chain: &mut Chain) {
     let Ok(r) = api

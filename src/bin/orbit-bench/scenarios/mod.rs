@@ -9,7 +9,10 @@ use crate::cli::{RefKind, Scenario};
 use crate::client::Api;
 use crate::report::Row;
 use crate::seed::{TaskPool, World};
-use clients::{feed_client, get_client, handoff_chain_client, lease_cycle_client, replay_client};
+use clients::{
+    feed_client, get_client, handoff_chain_client, lease_cycle_client, replay_client,
+    write_mix_client,
+};
 use measure::{measure, percentile, Rec, RunCfg};
 
 /// The shapes of a scenario, each with a reason when it cannot run.
@@ -24,6 +27,7 @@ pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<Strin
             ("list".into(), None),
         ],
         Scenario::AuthedGet => vec![("me".into(), None)],
+        Scenario::WriteMix => vec![("spread".into(), None), ("hot".into(), None)],
         Scenario::ChangesFeed => ["1k", "100k"]
             .iter()
             .map(|label| {
@@ -115,6 +119,20 @@ pub async fn run_one(
                 })
                 .collect();
             let (_, rec) = measure(cfg, states, lease_cycle_client).await;
+            Ok(rec)
+        }
+        Scenario::WriteMix => {
+            let states: Vec<_> = (0..clients)
+                .map(|i| {
+                    let orbit = if shape == "hot" {
+                        world.hot_orbit.ok_or("no hot orbit")
+                    } else {
+                        world.spread_orbits.get(i).copied().ok_or("no spread orbit")
+                    }?;
+                    Ok((api.clone(), world.agents[i].clone(), orbit))
+                })
+                .collect::<Result<_, &str>>()?;
+            let (_, rec) = measure(cfg, states, write_mix_client).await;
             Ok(rec)
         }
         Scenario::HandoffChain => {
