@@ -41,15 +41,17 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub db_timeout_ms: u64,
 
-    /// Lease-cycle write groups this instance runs at once per queue, about one
-    /// queue per orbit (docs/ARCHITECTURE.md, "Quick writes"): the queue's writes
-    /// that arrive while they run wait and go in its next group, committed together.
+    /// Write groups this instance runs at once per queue, about one queue per orbit,
+    /// for the quick lease-cycle writes and for every other write alike
+    /// (docs/MECHANISMS.md, "Quick writes", "Group commit for every write"): the
+    /// queue's writes that arrive while they run go in its next group, committed
+    /// together.
     #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,
 
     /// Groups of single-row reads (`GET /me`, anonymous task and contribution
-    /// reads) this instance runs at once per kind (docs/ARCHITECTURE.md, "Read
+    /// reads) this instance runs at once per kind (docs/MECHANISMS.md, "Read
     /// groups"): the reads that arrive while they run share the next group's
     /// statement. 0 reads each request alone.
     #[arg(long, env = "ORBIT_READ_LANES", default_value_t = 1,

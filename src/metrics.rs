@@ -211,7 +211,7 @@ impl Metrics {
         counter(
             &mut out,
             "orbit_quick_writes_total",
-            "Lease-cycle writes done in one statement (docs/ARCHITECTURE.md, quick writes).",
+            "Lease-cycle writes done in one statement (docs/MECHANISMS.md, quick writes).",
             self.quick_writes.load(Ordering::Relaxed),
         );
         counter(

@@ -9,7 +9,7 @@
 -- What they decide: `apply_change` is the one place a change is applied (revision,
 -- change row, stored response) for both write paths; `claim_key` is the one key
 -- claim of both paths; the quick_* functions run the successful case of the lease
--- cycle in groups (`perf::quick`, docs/ARCHITECTURE.md "Quick writes") and decline
+-- cycle in groups (`perf::quick`, docs/MECHANISMS.md "Quick writes") and decline
 -- (`quick_declined`) everything else to the ordinary path, which decides and words
 -- every refusal. The checks they restate from `domain::fence` are held to it by
 -- tests/api/quick.rs, byte for byte.

@@ -1,5 +1,5 @@
 //! The list cache: public list pages of an orbit, kept in memory and answered again
-//! only while one statement proves them still exact (docs/ARCHITECTURE.md, "The
+//! only while one statement proves them still exact (docs/MECHANISMS.md, "The
 //! list cache").
 //!
 //! A page is read in one statement together with its [`Stamp`]: the orbit's
