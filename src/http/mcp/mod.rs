@@ -14,6 +14,7 @@
 //! `domain::write::run` for writes: one transaction, the same fence, the same revision
 //! and the same idempotency scope (`tools`).
 
+mod catalogue;
 mod tools;
 
 use std::borrow::Cow;
@@ -42,7 +43,7 @@ use crate::http::api::State;
 use crate::http::json::MAX_BODY_BYTES;
 use crate::http::state::AppState;
 
-pub use tools::recover_for;
+pub use catalogue::recover_for;
 
 /// Where the MCP endpoint is mounted.
 pub const PATH: &str = "/mcp";
@@ -170,7 +171,9 @@ impl ServerHandler for OrbitMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::catalogue().to_vec()))
+        Ok(ListToolsResult::with_all_items(
+            catalogue::catalogue().to_vec(),
+        ))
     }
 
     async fn call_tool(
