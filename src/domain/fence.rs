@@ -81,7 +81,7 @@ struct PresentedLease {
 
 impl LockedTask {
     pub fn is_open(&self) -> bool {
-        self.status == "OPEN"
+        self.status == crate::store::tasks::TaskStatus::Open.as_str()
     }
 
     /// The open lease if it is still active at `now`.

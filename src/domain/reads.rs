@@ -1,6 +1,7 @@
 //! The reads this service runs in groups (`perf::readgroup`): `GET /me` of a token
 //! this instance verified, and anonymous `GET` of one task or one contribution; and
-//! `GET /me`'s answer, read alike by REST, MCP and its group.
+//! the reads that REST and MCP share: `GET /me`'s answer, a task, a task's
+//! checkpoints.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,4 +101,21 @@ pub fn me_of(
         contributor: caller.actor,
         memberships,
     })
+}
+
+/// A task, or 404 (`GET /tasks/{id}`, the `get_task` tool).
+pub fn task(conn: &mut diesel::PgConnection, id: i64) -> TxResult<crate::store::tasks::Task> {
+    crate::store::tasks::task(conn, id)?.ok_or_else(|| ApiError::not_found("Task").into())
+}
+
+/// A page of a task's checkpoints, ascending; 404 for no such task
+/// (`GET /tasks/{id}/checkpoints`, the `list_checkpoints` tool).
+pub fn checkpoints(
+    conn: &mut diesel::PgConnection,
+    task_id: i64,
+    cursor: crate::model::Cursor,
+) -> TxResult<crate::model::Page<crate::store::tasks::Checkpoint>> {
+    crate::store::tasks::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+    let rows = crate::store::tasks::checkpoints_of_task(conn, task_id, cursor)?;
+    Ok(cursor.page(rows, |c| c.id))
 }

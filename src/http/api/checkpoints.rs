@@ -202,12 +202,11 @@ pub async fn list_checkpoints(
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(store::checkpoints_of_task(conn, task_id, cursor)?)
+    let page = public_read(&state, bearer, move |conn| {
+        crate::domain::reads::checkpoints(conn, task_id, cursor)
     })
     .await?;
-    page_json(&cursor.page(rows, |c| c.id))
+    page_json(&page)
 }
 
 /// Read a checkpoint.

@@ -232,7 +232,11 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
 fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>) -> TxResult<()> {
-    if h.status != "PENDING" && h.status != "EXPIRED" {
+    let (pending, expired) = (
+        HandoffStatus::Pending.as_str(),
+        HandoffStatus::Expired.as_str(),
+    );
+    if h.status != pending && h.status != expired {
         return Err(ApiError::conflict(
             "handoff_not_pending",
             "This handoff is no longer pending. Choose other work.",
@@ -240,12 +244,12 @@ fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>) -> TxResul
         .with_details(json!({ "current_status": h.status }))
         .into());
     }
-    if h.status == "EXPIRED" || h.expires_at <= now {
+    if h.status == expired || h.expires_at <= now {
         return Err(ApiError::conflict(
             "handoff_expired",
             "This handoff has expired. Choose other work.",
         )
-        .with_details(json!({ "current_status": "EXPIRED" }))
+        .with_details(json!({ "current_status": expired }))
         .into());
     }
     Ok(())

@@ -206,10 +206,19 @@ pub async fn get_task(
     let id = path.into_inner();
     let task = match &state.reads {
         // Anonymous: no token to check, so the read can share a group's statement.
-        Some(reads) if !bearer.is_present() => reads.task.read(id).await?,
-        _ => public_read(&state, bearer, move |conn| Ok(store::task(conn, id)?)).await?,
+        Some(reads) if !bearer.is_present() => reads
+            .task
+            .read(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("Task"))?,
+        _ => {
+            public_read(&state, bearer, move |conn| {
+                crate::domain::reads::task(conn, id)
+            })
+            .await?
+        }
     };
-    ok_json(&task.ok_or_else(|| ApiError::not_found("Task"))?)
+    ok_json(&task)
 }
 
 /// Resolves a task's orbit and checks membership (404, then 403).

@@ -259,7 +259,7 @@ async fn find_work(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done
             let mut rows = task_store::tasks_page(
                 conn,
                 orbit_id,
-                Some("OPEN"),
+                Some(task_store::TaskStatus::Open.as_str()),
                 Some(false),
                 Cursor {
                     after: 0,
@@ -278,7 +278,7 @@ async fn find_work(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done
             conn,
             caller.id(),
             false,
-            Some("PENDING"),
+            Some(HandoffStatus::Pending.as_str()),
             Cursor { after: 0, limit },
         )?;
         let more_handoffs = inbox_handoffs.len() as i64 > limit;
@@ -300,7 +300,7 @@ async fn get_task(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done>
     let tokens = state.tokens.clone();
     let task = db::read(&state.pool, move |conn| {
         bearer.require(conn, &tokens)?;
-        task_store::task(conn, id)?.ok_or_else(|| ApiError::not_found("Task").into())
+        crate::domain::reads::task(conn, id)
     })
     .await?;
     data(&task)
@@ -417,13 +417,12 @@ async fn list_checkpoints(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
     let task_id = a.id("task_id")?;
     let cursor = a.query::<PageParams>()?.checked()?;
     let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
+    let page = db::read(&state.pool, move |conn| {
         bearer.require(conn, &tokens)?;
-        task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(task_store::checkpoints_of_task(conn, task_id, cursor)?)
+        crate::domain::reads::checkpoints(conn, task_id, cursor)
     })
     .await?;
-    raw(&cursor.page(rows, |c| c.id))
+    raw(&page)
 }
 
 async fn offer_handoff(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
