@@ -58,6 +58,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(0..=8))]
     pub read_lanes: u32,
 
+    /// Whether the lease cycle's successful writes run as one-statement quick writes
+    /// (docs/MECHANISMS.md, "Quick writes"). Off, they run the ordinary path, in
+    /// its write groups, like every other write.
+    #[arg(long, env = "ORBIT_QUICK_WRITES", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub quick_writes: bool,
+
     /// HTTP worker threads (default: the number of cores).
     #[arg(long, env = "ORBIT_WORKERS")]
     pub workers: Option<usize>,
@@ -129,6 +136,7 @@ impl Config {
             db_timeout_ms: 5000,
             write_lanes: 2,
             read_lanes: 1,
+            quick_writes: true,
             workers: None,
             log: "info".into(),
             log_format: LogFormat::Pretty,

@@ -118,6 +118,7 @@ where
     // A verified token's id routes the write to its orbit's group (`perf::commits`).
     let token_id = bearer.cached(&tokens).map(|(_, id)| id);
     // The quick form needs a verified token (its id) and a key to claim.
+    let quick = quick.filter(|_| state.config.quick_writes);
     let quick = match (quick, bearer.cached(&tokens), &key.0) {
         (Some(call), Some((cache_key, token_id)), Some(Ok(k))) => {
             let claim = QuickKey {

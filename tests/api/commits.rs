@@ -120,3 +120,43 @@ async fn writes_that_queue_on_one_orbit_commit_together() {
         "the first write alone, then one group of 15"
     );
 }
+
+/// With `ORBIT_QUICK_WRITES=false` the lease cycle runs the ordinary path, in its
+/// orbit's write groups, with the same answers.
+#[actix_web::test]
+async fn without_quick_writes_the_lease_cycle_runs_in_write_groups() {
+    let app = TestApp::spawn_with(|c| c.quick_writes = false).await;
+    let c = crate::work::crew(&app, "no-quick", 1).await;
+    let who = &c.members[0];
+    let warm = crate::work::task(&app, who, c.orbit, "warm").await;
+    crate::work::lease(&app, who, warm, 60).await;
+    let task = crate::work::task(&app, who, c.orbit, "cycle").await;
+    let [groups0, writes0] = app
+        .metrics(["orbit_write_groups_total", "orbit_grouped_writes_total"])
+        .await;
+    let (lease, version) = crate::work::lease(&app, who, task, 60).await;
+    let cp = crate::work::checkpoint(&app, who, task, version, json!({"n": 1})).await;
+    assert_eq!(cp.status, 201, "{}", cp.text);
+    let rel = app
+        .post_keyed(
+            &format!("/api/v1/leases/{lease}/release"),
+            &who.token,
+            json!({"lease_version": version}),
+        )
+        .await;
+    assert_eq!(rel.status, 200, "{}", rel.text);
+    let [quick, groups, writes] = app
+        .metrics([
+            "orbit_quick_writes_total",
+            "orbit_write_groups_total",
+            "orbit_grouped_writes_total",
+        ])
+        .await;
+    assert_eq!(quick, 0, "no quick write ran");
+    assert_eq!(
+        writes - writes0,
+        3,
+        "acquire, checkpoint and release were grouped"
+    );
+    assert_eq!(groups - groups0, 3);
+}
