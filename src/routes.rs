@@ -205,6 +205,10 @@ impl KnownRoutes {
         for (def, methods) in self.0.iter() {
             if def.is_match(path) {
                 allowed.extend(methods.iter().cloned());
+                // HEAD is served wherever GET is (telemetry::RequestSpan).
+                if methods.iter().any(|m| m == "GET") {
+                    allowed.push("HEAD".to_owned());
+                }
             }
         }
         (!allowed.is_empty()).then_some(allowed)

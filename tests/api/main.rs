@@ -5,6 +5,7 @@ mod changes;
 mod embedded;
 mod errors;
 mod handoffs;
+mod hardening;
 mod harness;
 mod idempotency;
 mod knowledge;
