@@ -7,47 +7,64 @@ use serde_json::json;
 
 use crate::harness::TestApp;
 
-/// Resident memory of this process (the test apps run in it), in KiB.
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("VmRSS:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
-        .expect("VmRSS in /proc/self/status")
+        .expect("VmRSS in /proc/<pid>/status")
+}
+
+/// Sends `method` to `url`; returns the status and body.
+async fn send_method(client: &reqwest::Client, method: &str, url: &str) -> (u16, String) {
+    let method = Method::from_bytes(method.as_bytes()).expect("method");
+    let r = client
+        .request(method, url)
+        .send()
+        .await
+        .expect("request sent");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
 }
 
 /// Finding 1: made-up methods never become labels, so neither `/metrics` nor the
-/// process grows with them.
+/// process grows with them. The service runs as its own process, so its RSS is
+/// its own and not that of the tests running beside this one.
 #[tokio::test]
 async fn made_up_methods_leave_metrics_and_memory_flat() {
-    let app = TestApp::spawn().await;
-    // Warm up every series the flood can touch.
-    for m in ["QZZWARM1", &"Q".repeat(60 * 1024)] {
-        let method = Method::from_bytes(m.as_bytes()).expect("method");
-        let r = app.send(method, "/healthz", None, None, None).await;
-        r.assert_error(405, "method_not_allowed");
+    let db = crate::harness::TestDb::new();
+    let scratch = crate::reliability::Scratch::new("oc-methods");
+    let serve = crate::reliability::start_serve(
+        &scratch.dir,
+        "methods",
+        &crate::reliability::load_env(&db.url),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let healthz = format!("{}/healthz", serve.base());
+    let metrics = format!("{}/metrics", serve.base());
+    // Warm up every series the flood can touch (the first /metrics read adds its own).
+    for m in ["QZZWARM1".to_owned(), "Q".repeat(60 * 1024)] {
+        assert_eq!(send_method(&client, &m, &healthz).await.0, 405);
     }
-    // The first read of /metrics adds its own series.
-    app.get("/metrics", None).await;
-    let before = app.get("/metrics", None).await.text;
-    let rss_before = rss_kib();
+    send_method(&client, "GET", &metrics).await;
+    let (_, before) = send_method(&client, "GET", &metrics).await;
+    let rss_before = rss_kib(serve.pid());
     for i in 0..2000 {
         // Long unique methods are refused before any bookkeeping.
         let long = format!("{i:06}{}", "Q".repeat(60 * 1024));
-        let method = Method::from_bytes(long.as_bytes()).expect("method");
-        let r = app.send(method, "/healthz", None, None, None).await;
-        r.assert_error(405, "method_not_allowed");
+        let (status, body) = send_method(&client, &long, &healthz).await;
+        assert_eq!(status, 405, "{body}");
+        assert!(body.contains("method_not_allowed"), "{body}");
         // Short unique methods reach routing and are counted as OTHER.
-        let short = format!("QZZ{i:05}");
-        let method = Method::from_bytes(short.as_bytes()).expect("method");
-        let r = app.send(method, "/healthz", None, None, None).await;
-        r.assert_error(405, "method_not_allowed");
+        let (status, _) = send_method(&client, &format!("QZZ{i:05}"), &healthz).await;
+        assert_eq!(status, 405);
     }
-    let after = app.get("/metrics", None).await.text;
-    let rss_after = rss_kib();
+    let (_, after) = send_method(&client, "GET", &metrics).await;
+    let rss_after = rss_kib(serve.pid());
     assert!(
         !after.contains("QZZ0") && !after.contains("QQQQ"),
         "a made-up method became a label"
@@ -70,7 +87,7 @@ async fn made_up_methods_leave_metrics_and_memory_flat() {
     );
     // Without the fix the labels alone hold 2000 × 60 KiB ≈ 117 MiB.
     assert!(
-        rss_after < rss_before + 64 * 1024,
+        rss_after < rss_before + 32 * 1024,
         "RSS grew from {rss_before} KiB to {rss_after} KiB"
     );
 }
@@ -137,4 +154,212 @@ async fn head_answers_like_get_without_a_body() {
         "{r:?}"
     );
     let _ = json!({});
+}
+
+/// Finding 2: a number a double does not hold exactly is 422 in `state` and in
+/// every other field; one it does hold is stored and returned as sent.
+#[tokio::test]
+async fn numbers_a_double_cannot_hold_are_refused_everywhere() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "numbers", 0).await;
+    let t = crate::work::task(&app, &c.owner, c.orbit, "numbers").await;
+    let (_, v) = crate::work::lease(&app, &c.owner, t, 300).await;
+    let path = format!("/api/v1/tasks/{t}/checkpoints");
+    let raw = |body: String, key: &str| {
+        let key = key.to_owned();
+        let app = &app;
+        let path = path.clone();
+        let token = c.owner.token.clone();
+        async move {
+            app.send_raw(
+                Method::POST,
+                &path,
+                Some(&token),
+                &[
+                    ("content-type", "application/json"),
+                    ("idempotency-key", &key),
+                ],
+                Some(body.into_bytes()),
+            )
+            .await
+        }
+    };
+    for bad in [
+        "9007199254740993",
+        "-9007199254740993",
+        "0.12345678901234567890",
+        "1e400",
+        "1e-400",
+    ] {
+        let body = format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": {bad}}}}}"#);
+        let r = raw(body, &uuid::Uuid::new_v4().to_string()).await;
+        r.assert_error(422, "validation_failed");
+        let problem = r.json["errors"]["state"][0].as_str().unwrap_or_default();
+        assert!(
+            problem.contains("cannot be kept exactly"),
+            "{bad}: {}",
+            r.text
+        );
+        // The field name is the schema's, never a key from inside `state`.
+        assert!(r.json["errors"].get("n").is_none(), "{}", r.text);
+    }
+    // Outside `state` too: an integer field and the top level.
+    let r = raw(
+        r#"{"lease_version": 9007199254740993, "summary": "s", "state": {}}"#.to_owned(),
+        "k-big-version",
+    )
+    .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["lease_version"].is_array(), "{}", r.text);
+    let r = app
+        .send_raw(
+            Method::POST,
+            &format!("/api/v1/orbits/{}/memory", c.orbit),
+            Some(&c.owner.token),
+            &[("content-type", "application/json")],
+            Some(br#"{"content": "x", "tags": [], "extra": 0.12345678901234567890}"#.to_vec()),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    // The probe's replay: a near-miss number under a used key no longer replays.
+    let body =
+        format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": 9007199254740992}}}}"#);
+    let r = raw(body, "k-replay").await;
+    r.assert_error(422, "validation_failed");
+    // Numbers a double holds are kept as the same values.
+    let body = format!(
+        r#"{{"lease_version": {v}, "summary": "s", "state": {{"a": 0.1, "b": 1e300, "c": 9007199254740991, "d": -2.5}}}}"#
+    );
+    let r = raw(body, "k-ok").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.json["data"]["id"].as_i64().expect("checkpoint id");
+    let r = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let state = &r.json["data"]["state"];
+    assert_eq!(state["a"].as_f64(), Some(0.1), "{state}");
+    assert_eq!(state["b"].as_f64(), Some(1e300), "{state}");
+    assert_eq!(state["c"].as_i64(), Some(9_007_199_254_740_991), "{state}");
+    assert_eq!(state["d"].as_f64(), Some(-2.5), "{state}");
+}
+
+/// Finding 10: an integral float is an integer, as JSON Schema says; a fraction
+/// where an integer is expected is refused in plain words.
+#[tokio::test]
+async fn integral_floats_are_accepted_where_integers_are_expected() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "floats", 0).await;
+    let t = crate::work::task(&app, &c.owner, c.orbit, "floats").await;
+    let (lease, v) = crate::work::lease(&app, &c.owner, t, 300).await;
+    let r = app
+        .send_raw(
+            Method::POST,
+            &format!("/api/v1/tasks/{t}/fence"),
+            Some(&c.owner.token),
+            &[("content-type", "application/json")],
+            Some(format!(r#"{{"lease_version": {v}.0}}"#).into_bytes()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = app
+        .send_raw(
+            Method::POST,
+            &format!("/api/v1/leases/{lease}/renew"),
+            Some(&c.owner.token),
+            &[
+                ("content-type", "application/json"),
+                ("idempotency-key", "renew-float"),
+            ],
+            Some(format!(r#"{{"lease_version": {v}.0, "duration_seconds": 6e2}}"#).into_bytes()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = app
+        .send_raw(
+            Method::POST,
+            &format!("/api/v1/tasks/{t}/fence"),
+            Some(&c.owner.token),
+            &[("content-type", "application/json")],
+            Some(format!(r#"{{"lease_version": {v}.5}}"#).into_bytes()),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["lease_version"][0], "must be a whole number",
+        "{}",
+        r.text
+    );
+}
+
+/// Finding 7: malformed JSON-RPC on `/mcp` gets the JSON-RPC errors the
+/// specification names, not the SDK's plain 415.
+#[tokio::test]
+async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("rpc").await;
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/mcp",
+            Some(&a.token),
+            &headers,
+            Some(b"{not json".to_vec()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.json["jsonrpc"], "2.0", "{}", r.text);
+    assert_eq!(r.json["id"], serde_json::Value::Null, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32700, "{}", r.text);
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/mcp",
+            Some(&a.token),
+            &headers,
+            Some(br#"{"id": 3, "hello": "world"}"#.to_vec()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32600, "{}", r.text);
+    assert_eq!(r.json["id"], 3, "{}", r.text);
+    // A tool call with a number a double does not hold: the tool's 422 refusal.
+    let call = br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "read_changes", "arguments": {"orbit": "x", "after": 9007199254740993}}}"#;
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/mcp",
+            Some(&a.token),
+            &headers,
+            Some(call.to_vec()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["id"], 7, "{}", r.text);
+    assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
+    assert_eq!(
+        r.json["result"]["structuredContent"]["status"], 422,
+        "{}",
+        r.text
+    );
+    // A well-formed message still reaches the SDK.
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    });
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/mcp",
+            Some(&a.token),
+            &headers,
+            Some(serde_json::to_vec(&init).unwrap()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.json["result"]["serverInfo"].is_object(), "{}", r.text);
 }

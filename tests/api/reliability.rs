@@ -31,12 +31,12 @@ use crate::harness::{sql_i64, Resp, RowLock, TestDb};
 // Processes and directories, cleaned up whatever happens.
 
 /// A temporary directory removed when dropped.
-struct Scratch {
-    dir: PathBuf,
+pub(crate) struct Scratch {
+    pub(crate) dir: PathBuf,
 }
 
 impl Scratch {
-    fn new(prefix: &str) -> Scratch {
+    pub(crate) fn new(prefix: &str) -> Scratch {
         let dir = Path::new("/tmp").join(format!("{prefix}-{}", short_id()));
         std::fs::create_dir_all(&dir).expect("create a temporary directory");
         Scratch { dir }
@@ -55,7 +55,7 @@ fn short_id() -> String {
 
 /// One `orbit-commons serve` process on its own port; killed when dropped (its log
 /// tail is printed if the test is failing).
-struct Serve {
+pub(crate) struct Serve {
     name: String,
     port: u16,
     child: Child,
@@ -63,11 +63,11 @@ struct Serve {
 }
 
 impl Serve {
-    fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
@@ -116,7 +116,7 @@ fn free_port() -> u16 {
 }
 
 /// The settings every load test instance runs with (plus `DATABASE_URL`).
-fn load_env(database_url: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn load_env(database_url: &str) -> Vec<(&'static str, String)> {
     vec![
         ("DATABASE_URL", database_url.to_owned()),
         ("ORBIT_LOG", "warn".into()),
@@ -131,7 +131,7 @@ fn load_env(database_url: &str) -> Vec<(&'static str, String)> {
 
 /// Starts `orbit-commons serve` with exactly these `ORBIT_*` settings on a free port
 /// and waits until `/readyz` answers 200.
-async fn start_serve(log_dir: &Path, name: &str, env: &[(&str, String)]) -> Serve {
+pub(crate) async fn start_serve(log_dir: &Path, name: &str, env: &[(&str, String)]) -> Serve {
     let mut attempt = 0;
     loop {
         attempt += 1;
