@@ -172,11 +172,13 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
 fn spawn_background(state: &AppState) {
     let pool = state.pool.clone();
     let limits = state.limits.clone();
+    let tokens = state.tokens.clone();
     actix_web::rt::spawn(async move {
         let mut interval = actix_web::rt::time::interval(Duration::from_secs(60));
         loop {
             interval.tick().await;
             limits.shrink();
+            tokens.shrink();
             let result = db::read(&pool, |conn| Ok(idempotency::purge_expired(conn)?)).await;
             match result {
                 Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),

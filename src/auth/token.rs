@@ -40,6 +40,9 @@ pub struct NewToken {
 
 /// The parts of a syntactically valid presented token.
 pub struct ParsedToken<'a> {
+    /// The kind its prefix names: a token is found only under the kind it was
+    /// issued with, so `occ_…` presented as `oca_…` is unknown (issue 26, finding 4).
+    pub kind: TokenKind,
     pub lookup: &'a str,
     pub secret: &'a str,
 }
@@ -74,9 +77,10 @@ pub fn parse(token: &str) -> Option<ParsedToken<'_>> {
     if token.len() != TOKEN_LEN {
         return None;
     }
-    let rest = token
-        .strip_prefix(CONTRIBUTOR_PREFIX)
-        .or_else(|| token.strip_prefix(AGENT_PREFIX))?;
+    let (kind, rest) = match token.strip_prefix(CONTRIBUTOR_PREFIX) {
+        Some(rest) => (TokenKind::Contributor, rest),
+        None => (TokenKind::Agent, token.strip_prefix(AGENT_PREFIX)?),
+    };
     let (lookup, secret) = rest.split_at(LOOKUP_LEN);
     let secret = secret.strip_prefix('_')?;
     let lookup_ok = lookup
@@ -86,7 +90,11 @@ pub fn parse(token: &str) -> Option<ParsedToken<'_>> {
         && secret
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    (lookup_ok && secret_ok).then_some(ParsedToken { lookup, secret })
+    (lookup_ok && secret_ok).then_some(ParsedToken {
+        kind,
+        lookup,
+        secret,
+    })
 }
 
 /// Verifies a secret against its stored argon2id hash (constant-time comparison
@@ -100,6 +108,23 @@ pub fn verify(secret: &str, stored_hash: &str) -> bool {
         }),
         Err(_) => false,
     }
+}
+
+/// The same argon2 work as a real verification, for a token whose lookup names no
+/// row: an unknown lookup then takes as long as a wrong secret, so timing does not
+/// tell which lookups exist (issue 26, finding 5). Always false.
+pub fn verify_dummy(secret: &str) -> bool {
+    use std::sync::OnceLock;
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    let hash = DUMMY.get_or_init(|| {
+        let salt = SaltString::generate(&mut OsRng);
+        Argon2::default()
+            .hash_password(b"no token has this secret", &salt)
+            .expect("argon2 with default parameters cannot fail")
+            .to_string()
+    });
+    let _ = verify(secret, hash);
+    false
 }
 
 /// Runs an argon2 computation when one of the process's argon2 slots is free (one
@@ -143,8 +168,10 @@ mod tests {
         assert!(t.token.starts_with(AGENT_PREFIX));
         let parsed = parse(&t.token).expect("well-formed");
         assert_eq!(parsed.lookup, t.lookup);
+        assert_eq!(parsed.kind, TokenKind::Agent);
         assert!(verify(parsed.secret, &t.secret_hash));
         assert!(!verify("x", &t.secret_hash));
+        assert!(!verify_dummy(parsed.secret));
     }
 
     #[test]
