@@ -488,3 +488,46 @@ async fn token_checks_cost_the_same_and_floods_are_limited_per_lookup() {
     let r = app.get("/api/v1/me", Some(&bystander.token)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
 }
+
+/// Finding 6: artifacts cannot be embedded by other sites, and download names
+/// carry no bidi or control characters.
+#[tokio::test]
+async fn artifacts_are_same_origin_and_download_names_are_plain() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "artifact-names", 0).await;
+    // "evil<RLO>sj.txt<BEL>" would display as "eviltxt.js".
+    let name = "evil\u{202E}sj.txt\u{0007}\u{2066}";
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{}/artifacts", c.orbit),
+            &c.owner.token,
+            json!({"name": name, "media_type": "application/javascript",
+                   "content_base64": "YWxlcnQoMSk="}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.json["data"]["id"].as_i64().expect("artifact id");
+    // The metadata keeps the name as sent (content is stored verbatim).
+    assert_eq!(r.json["data"]["name"], name);
+    let path = format!("/api/v1/artifacts/{id}/content");
+    let r = app.get(&path, None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.header("cross-origin-resource-policy"),
+        Some("same-origin")
+    );
+    let disposition = r.header("content-disposition").expect("a disposition");
+    assert_eq!(
+        disposition,
+        "attachment; filename=\"evilsj.txt\"; filename*=UTF-8''evilsj.txt"
+    );
+    let etag = r.header("etag").expect("etag").to_owned();
+    let r = app
+        .send_raw(Method::GET, &path, None, &[("if-none-match", &etag)], None)
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(
+        r.header("cross-origin-resource-policy"),
+        Some("same-origin")
+    );
+}
