@@ -531,3 +531,28 @@ async fn artifacts_are_same_origin_and_download_names_are_plain() {
         Some("same-origin")
     );
 }
+
+/// Finding 7: a query error is filed under a documented parameter name, never
+/// under a value or a name the client sent.
+#[tokio::test]
+async fn query_error_fields_come_from_the_schema() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("fields").await;
+    for (path, field) in [
+        ("/api/v1/handoffs?box=all", "box"),
+        ("/api/v1/handoffs?box=inbox&status=SOMETIMES", "status"),
+        ("/api/v1/orbits?limit=abc", "limit"),
+        ("/api/v1/orbits?after=1&limit=x1", "limit"),
+        ("/api/v1/orbits?made_up_zz=1", "query"),
+    ] {
+        let r = app.get(path, Some(&a.token)).await;
+        r.assert_error(422, "validation_failed");
+        let errors = r.json["errors"].as_object().expect("errors");
+        assert_eq!(
+            errors.keys().collect::<Vec<_>>(),
+            vec![field],
+            "{path}: {}",
+            r.text
+        );
+    }
+}
