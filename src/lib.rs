@@ -102,12 +102,31 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     let mcp = mcp::service(data.clone());
     let workers = state.config.workers;
     let client_timeout = Duration::from_secs(state.config.client_timeout_seconds);
+    // `/metrics` on its own listener (ORBIT_METRICS_BIND): the same app, gated by
+    // the address a request came in on (`metrics::gate`).
+    let metrics_listener = match state.config.metrics_bind {
+        Some(at) => Some(TcpListener::bind(at).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {at} (set ORBIT_METRICS_BIND): {e}"),
+            )
+        })?),
+        None => None,
+    };
+    let metrics_at = match &metrics_listener {
+        Some(l) => Some(web::Data::new(metrics::MetricsListener(l.local_addr()?))),
+        None => None,
+    };
     spawn_background(&state);
     let mut server = HttpServer::new(move || {
         let (app, _) = App::new()
             .into_utoipa_app()
             .configure(routes::configure)
             .split_for_parts();
+        let app = match metrics_at.clone() {
+            Some(at) => app.app_data(at),
+            None => app,
+        };
         app.app_data(data.clone())
             .app_data(known.clone())
             .app_data(routes::path_config())
@@ -148,6 +167,9 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     .keep_alive(client_timeout)
     .shutdown_timeout(10)
     .listen(listener)?;
+    if let Some(l) = metrics_listener {
+        server = server.listen(l)?;
+    }
     let workers = workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .max(1);

@@ -350,6 +350,49 @@ fn escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The address `/metrics` is served on when `ORBIT_METRICS_BIND` is set (as
+/// bound, so port 0 works in tests).
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsListener(pub std::net::SocketAddr);
+
+/// Who may read `/metrics` (issue 26, finding 8): with `ORBIT_METRICS_BIND`, only
+/// requests on that listener, which serves nothing else; with
+/// `ORBIT_METRICS_TOKEN`, only requests with that bearer token. `None` lets the
+/// request through; otherwise the refusal (404 or 401, in the envelope).
+pub fn gate(req: &actix_web::HttpRequest, state: &crate::state::AppState) -> Option<HttpResponse> {
+    use crate::error::ApiError;
+    use actix_web::http::StatusCode;
+    let is_metrics = req.path() == "/metrics";
+    if let Some(listener) = req.app_data::<actix_web::web::Data<MetricsListener>>() {
+        let on_metrics_listener = req.app_config().local_addr() == listener.0;
+        if is_metrics != on_metrics_listener {
+            return Some(ApiError::from_status(StatusCode::NOT_FOUND).to_response());
+        }
+    }
+    let expected = state.config.metrics_token.as_deref()?;
+    if !is_metrics {
+        return None;
+    }
+    use sha2::Digest;
+    use subtle::ConstantTimeEq;
+    let presented = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .unwrap_or("");
+    // Compared as digests, in constant time, so neither content nor length leaks.
+    let same: bool = sha2::Sha256::digest(presented.as_bytes())
+        .ct_eq(&sha2::Sha256::digest(expected.as_bytes()))
+        .into();
+    (!same).then(|| {
+        ApiError::unauthorized("`/metrics` needs `Authorization: Bearer <ORBIT_METRICS_TOKEN>`.")
+            .to_response()
+    })
+}
+
 /// Prometheus metrics of this instance (text format 0.0.4).
 #[utoipa::path(
     tag = "System",

@@ -556,3 +556,59 @@ async fn query_error_fields_come_from_the_schema() {
         );
     }
 }
+
+/// Finding 8: `/metrics` can be restricted to a bearer token.
+#[tokio::test]
+async fn metrics_can_require_a_token() {
+    const SECRET: &str = "metrics-secret-0123456789";
+    let app = TestApp::spawn_with(|c| c.metrics_token = Some(SECRET.to_owned())).await;
+    let someone = app.agent("scraper").await;
+    for token in [
+        None,
+        Some("wrong-secret-0123456789"),
+        Some(someone.token.as_str()),
+    ] {
+        let r = app.get("/metrics", token).await;
+        r.assert_error(401, "unauthorized");
+        assert!(r.header("www-authenticate").is_some());
+    }
+    let r = app.get("/metrics", Some(SECRET)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("orbit_http_requests_total"), "{}", r.text);
+    // Everything else is unchanged.
+    let r = app.get("/api/v1/orbits", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+/// Finding 8: `/metrics` can be served only on a separate address, which serves
+/// nothing else.
+#[tokio::test]
+async fn metrics_can_be_served_on_a_separate_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let at: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+    let app = TestApp::spawn_with(|c| c.metrics_bind = Some(at)).await;
+    let r = app.get("/metrics", None).await;
+    r.assert_error(404, "not_found");
+    let metrics = |path: &str| format!("http://{at}{path}");
+    let r = app
+        .client
+        .get(metrics("/metrics"))
+        .send()
+        .await
+        .expect("metrics listener");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("orbit_http_requests_total"));
+    for path in ["/healthz", "/api/v1/orbits", "/openapi.json"] {
+        let r = app.client.get(metrics(path)).send().await.expect("request");
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+        let r = app.get(path, None).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+    }
+}
