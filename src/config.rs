@@ -102,6 +102,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=1_073_741_824))]
     pub list_cache_bytes: u64,
 
+    /// Long polls of the change feed one client (a token, or an address without
+    /// one) may have waiting at once on this instance; beyond, 429.
+    #[arg(long, env = "ORBIT_LONG_POLLS_PER_CLIENT", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub long_polls_per_client: u32,
+
     /// Serve `/metrics` only on this address (a second listener that serves nothing
     /// else); the main address then answers 404 there. Unset: on the main address.
     #[arg(long, env = "ORBIT_METRICS_BIND")]
@@ -154,6 +160,7 @@ impl Config {
             idempotency_retention_hours: 24,
             client_timeout_seconds: 10,
             list_cache_bytes: crate::listcache::DEFAULT_BYTES,
+            long_polls_per_client: 8,
             metrics_bind: None,
             metrics_token: None,
             test_short_durations: false,

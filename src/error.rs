@@ -58,6 +58,11 @@ impl ApiError {
         self
     }
 
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.body.message = message.into();
+        self
+    }
+
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds.max(1));
         self

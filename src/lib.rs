@@ -90,6 +90,8 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),
         )),
         metrics,
+        feed_reads: Arc::default(),
+        long_polls: Arc::default(),
     }
 }
 

@@ -312,6 +312,24 @@ impl Metrics {
             "Public list pages read from the database (not cached, or no longer current).",
             state.list_cache.misses.load(Ordering::Relaxed),
         );
+        gauge(
+            &mut out,
+            "orbit_long_polls_waiting",
+            "Change-feed long polls waiting for a change.",
+            state.feed_reads.waiting.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_feed_shared_reads_total",
+            "Change-feed reads run once per orbit and wake-up for all its waiting long polls.",
+            state.feed_reads.shared_reads.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_feed_own_reads_total",
+            "Change-feed reads a woken long poll ran alone (the shared read did not cover it).",
+            state.feed_reads.own_reads.load(Ordering::Relaxed),
+        );
         let (bytes, entries) = state.list_cache.usage();
         gauge(
             &mut out,

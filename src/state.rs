@@ -22,4 +22,7 @@ pub struct AppState {
     /// `ORBIT_READ_LANES` is 0.
     pub reads: Option<Arc<crate::readgroup::Reads>>,
     pub list_cache: Arc<crate::listcache::ListCache>,
+    /// Long polls waiting per orbit and their shared feed reads (`src/feed.rs`).
+    pub feed_reads: Arc<crate::feed::SharedReads<crate::api::changes::ChangeOut>>,
+    pub long_polls: Arc<crate::feed::PollCounts>,
 }

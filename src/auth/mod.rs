@@ -304,6 +304,12 @@ impl Bearer {
         cache.get(&key).map(|id| (key, id))
     }
 
+    /// The keyed hash of the presented token (what the cache and the limiters key
+    /// on), `None` without a token.
+    pub fn cache_key(&self, cache: &TokenCache) -> Option<CacheKey> {
+        self.0.as_deref().map(|t| cache.cache_key(t))
+    }
+
     /// A caller is required: no token → 401.
     pub fn require(&self, conn: &mut PgConnection, cache: &TokenCache) -> TxResult<Caller> {
         match self.optional(conn, cache)? {

@@ -1040,7 +1040,7 @@ async fn problem_overview(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
 async fn read_changes(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
     let reference = a.orbit()?;
     let q: changes::ChangesQuery = a.query()?;
-    let page = changes::read_page(state, bearer, reference, q).await?;
+    let page = changes::read_page(state, bearer, reference, q, None).await?;
     raw(&page)
 }
 
