@@ -49,7 +49,7 @@ impl Drop for Scratch {
     }
 }
 
-fn short_id() -> String {
+pub(crate) fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..10].to_owned()
 }
 
@@ -75,7 +75,7 @@ impl Serve {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let start = text.len().saturating_sub(6000);
         let start = (start..text.len())
@@ -1511,13 +1511,13 @@ async fn crash_kill_retry_applies_each_write_once() {
 
 /// A private cluster in a short temporary directory: stopped and removed when
 /// dropped, whatever state the test left it in.
-struct PrivatePg {
-    dir: PathBuf,
-    cluster: Option<Cluster>,
+pub(crate) struct PrivatePg {
+    pub(crate) dir: PathBuf,
+    pub(crate) cluster: Option<Cluster>,
 }
 
 impl PrivatePg {
-    fn cluster(&self) -> &Cluster {
+    pub(crate) fn cluster(&self) -> &Cluster {
         self.cluster.as_ref().expect("cluster")
     }
 }
