@@ -150,7 +150,9 @@ const MAX_HINTS: usize = 65_536;
 /// `2026-11-30-000007_grouped_quick_writes`) applies each orbit's changes in turn.
 /// Each write runs in its own subtransaction and all commit together; one that
 /// declined (or failed on its own) left nothing behind and is answered `None`. A
-/// group of one runs as `quick_write`, without a subtransaction.
+/// group of one runs as `quick_write`, whose decline is also caught in a block of
+/// its own (migration `2026-12-01-000008_quiet_quick_declines`): no row, and no
+/// `ERROR` in the server log for an expected decline.
 pub struct QuickQueue {
     lanes: usize,
     /// How long a write waits for its group's answer before it is answered 503.

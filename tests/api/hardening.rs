@@ -1117,3 +1117,168 @@ async fn lost_connections_are_503_never_500() {
         seen.ok, seen.unavailable
     );
 }
+
+/// Registers an agent on a service at `base`.
+async fn register_at(client: &reqwest::Client, base: &str, name: &str) -> crate::harness::Agent {
+    let r: serde_json::Value = client
+        .post(format!("{base}/api/v1/contributors"))
+        .json(&json!({"type": "AGENT", "name": name}))
+        .send()
+        .await
+        .expect("register")
+        .json()
+        .await
+        .expect("json");
+    crate::harness::Agent {
+        id: r["data"]["contributor"]["id"].as_i64().expect("id"),
+        token: r["data"]["token"].as_str().expect("token").to_owned(),
+    }
+}
+
+/// Finding 11: expected declines of quick writes write nothing at ERROR level in
+/// the PostgreSQL log.
+#[tokio::test]
+async fn expected_quick_declines_stay_out_of_the_database_log() {
+    let dir =
+        std::path::Path::new("/tmp").join(format!("oc-h11-{}", crate::reliability::short_id()));
+    let (cluster, url) =
+        orbit_commons::db::embedded::Cluster::start(&dir).expect("start a private cluster");
+    let pg = crate::reliability::PrivatePg {
+        dir,
+        cluster: Some(cluster),
+    };
+    orbit_commons::db::migrate(&url).expect("migrate");
+    let serve =
+        crate::reliability::start_serve(&pg.dir, "serve", &crate::reliability::load_env(&url))
+            .await;
+    let base = serve.base();
+    let client = reqwest::Client::new();
+    let owner = register_at(&client, &base, "owner").await;
+    let a = register_at(&client, &base, "a").await;
+    let b = register_at(&client, &base, "b").await;
+    let orbit: serde_json::Value = client
+        .post(format!("{base}/api/v1/orbits"))
+        .bearer_auth(&owner.token)
+        .json(&json!({"slug": "declines", "name": "declines"}))
+        .send()
+        .await
+        .expect("orbit")
+        .json()
+        .await
+        .expect("json");
+    let orbit = orbit["data"]["id"].as_i64().expect("orbit id");
+    for who in [&a, &b] {
+        let r = client
+            .post(format!("{base}/api/v1/orbits/{orbit}/join"))
+            .bearer_auth(&who.token)
+            .send()
+            .await
+            .expect("join");
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let t: serde_json::Value = client
+        .post(format!("{base}/api/v1/orbits/{orbit}/tasks"))
+        .bearer_auth(&owner.token)
+        .header("Idempotency-Key", "task")
+        .json(&json!({"title": "contested"}))
+        .send()
+        .await
+        .expect("task")
+        .json()
+        .await
+        .expect("json");
+    let t = t["data"]["id"].as_i64().expect("task id");
+    let metric = |name: &'static str| {
+        let client = client.clone();
+        let url = format!("{base}/metrics");
+        async move {
+            let text = client
+                .get(url)
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("text");
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+                .expect("metric")
+        }
+    };
+    let write = |who: &crate::harness::Agent, path: String, key: &str, body: serde_json::Value| {
+        client
+            .post(format!("{base}{path}"))
+            .bearer_auth(&who.token)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let declined_before = metric("orbit_quick_writes_declined_total").await;
+    // The quick path is taken for a token this instance verified.
+    let acquire = format!("/api/v1/tasks/{t}/leases");
+    let r = write(&a, acquire.clone(), "a1", json!({}))
+        .await
+        .expect("acquire");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let lease: serde_json::Value = r.json().await.expect("json");
+    let lease = lease["data"]["id"].as_i64().expect("lease id");
+    for _ in 0..3 {
+        client
+            .get(format!("{base}/api/v1/me"))
+            .bearer_auth(&b.token)
+            .send()
+            .await
+            .expect("me");
+        // Expected declines: a replayed key, a lease held by another, a stale
+        // version, a release of another's lease; each a group of one.
+        let r = write(&a, acquire.clone(), "a1", json!({}))
+            .await
+            .expect("replay");
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(
+            r.headers()
+                .get("idempotency-replayed")
+                .and_then(|v| v.to_str().ok()),
+            Some("true")
+        );
+        let key = uuid::Uuid::new_v4().to_string();
+        let r = write(&b, acquire.clone(), &key, json!({}))
+            .await
+            .expect("conflict");
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        let key = uuid::Uuid::new_v4().to_string();
+        let r = write(
+            &a,
+            format!("/api/v1/tasks/{t}/checkpoints"),
+            &key,
+            json!({"lease_version": 2, "summary": "stale", "state": {}}),
+        )
+        .await
+        .expect("stale");
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        let key = uuid::Uuid::new_v4().to_string();
+        let r = write(
+            &b,
+            format!("/api/v1/leases/{lease}/release"),
+            &key,
+            json!({"lease_version": 1}),
+        )
+        .await
+        .expect("not held");
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+    }
+    let declined = metric("orbit_quick_writes_declined_total").await - declined_before;
+    assert!(declined >= 8, "only {declined} quick writes declined");
+    let log_path = pg.dir.join("postgres/data/server.log");
+    let log = std::fs::read_to_string(&log_path).expect("the server log");
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("quick_declined"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{} lines such as {:?}",
+        errors.len(),
+        errors.first()
+    );
+}
