@@ -263,7 +263,7 @@ fn decimal(text: &str) -> Option<(bool, String, i64)> {
 
 /// Integral floats (`1643.0`, `1.6e3`) become integers, so a field typed as an
 /// integer accepts them as JSON Schema does; the value is the same number.
-fn integral_floats_to_integers(value: &mut Value) {
+pub fn integral_floats_to_integers(value: &mut Value) {
     match value {
         Value::Number(n) if n.is_f64() => {
             if let Some(f) = n.as_f64() {

@@ -617,6 +617,14 @@ pub async fn call(
     name: &str,
     arguments: JsonObject,
 ) -> Option<ApiResult<Done>> {
+    // Integral floats are integers for ids and query arguments too, as for bodies
+    // (issue 26, finding 10).
+    let mut arguments = Value::Object(arguments);
+    crate::json::integral_floats_to_integers(&mut arguments);
+    let arguments = match arguments {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
     let a = Args(arguments);
     Some(match name {
         "whoami" => whoami(state, bearer, a).await,

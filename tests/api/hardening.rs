@@ -290,6 +290,47 @@ async fn integral_floats_are_accepted_where_integers_are_expected() {
     );
 }
 
+/// Finding 10 over MCP: integral floats are integers in tool arguments too (ids,
+/// query arguments and bodies).
+#[tokio::test]
+async fn integral_floats_are_integers_in_mcp_tool_arguments() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "mcp-floats", 0).await;
+    let t = crate::work::task(&app, &c.owner, c.orbit, "floats").await;
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    for (id, name, arguments) in [
+        (1, "get_task", json!({"task_id": t as f64})),
+        (
+            2,
+            "read_changes",
+            json!({"orbit": c.orbit as f64, "after": 0.0, "wait": 0.0}),
+        ),
+        (
+            3,
+            "acquire_lease",
+            json!({"task_id": t as f64, "duration_seconds": 600.0,
+                                    "idempotency_key": "mcp-float"}),
+        ),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}});
+        let r = app
+            .send_raw(
+                Method::POST,
+                "/mcp",
+                Some(&c.owner.token),
+                &headers,
+                Some(serde_json::to_vec(&call).unwrap()),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.json["result"]["isError"], false, "{name}: {}", r.text);
+    }
+}
+
 /// Finding 7: malformed JSON-RPC on `/mcp` gets the JSON-RPC errors the
 /// specification names, not the SDK's plain 415.
 #[tokio::test]
