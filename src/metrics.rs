@@ -412,9 +412,17 @@ pub fn gate(req: &actix_web::HttpRequest, state: &crate::state::AppState) -> Opt
 }
 
 /// Prometheus metrics of this instance (text format 0.0.4).
+///
+/// Public by default. With `ORBIT_METRICS_TOKEN` set it needs that bearer value
+/// (401 otherwise); with `ORBIT_METRICS_BIND` set it is served only on that address
+/// (404 here).
 #[utoipa::path(
     tag = "System",
-    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain"))
+    responses(
+        (status = 200, description = "Prometheus text format.", content_type = "text/plain"),
+        (status = 401, description = "`ORBIT_METRICS_TOKEN` is set and was not presented.", body = crate::error::ErrorBody),
+        (status = 404, description = "`ORBIT_METRICS_BIND` is set: served on that address only.", body = crate::error::ErrorBody),
+    )
 )]
 #[get("/metrics")]
 pub async fn metrics(state: State) -> HttpResponse {

@@ -132,7 +132,10 @@ fn load_page(
 ///
 /// With `wait`, an empty page waits up to that many seconds for the next change
 /// (long poll); the wait holds no database connection. `meta.next_after` is the
-/// value to pass as `after` next time.
+/// value to pass as `after` next time. An `after` past the orbit's revision is
+/// answered at once (an empty page, `meta.orbit_revision` below `after`). A client
+/// (a token, or an address without one) may have a few long polls waiting at once
+/// (`ORBIT_LONG_POLLS_PER_CLIENT`, default 8); beyond, 429.
 #[utoipa::path(
     tag = "Orbits",
     params(("orbit" = String, Path, description = "Orbit id or slug."), ChangesQuery),
