@@ -322,6 +322,10 @@ fn query_error_field(message: &str, req: &HttpRequest) -> String {
         .map(|k| k.query_params(req.path()))
         .unwrap_or_default();
     let is_documented = |name: &str| documented.iter().any(|(d, _)| d == name);
+    // actix prefixes serde's message.
+    let message = message
+        .strip_prefix("Query deserialize error: ")
+        .unwrap_or(message);
     let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
     if let Some(rest) = message.strip_prefix("missing field `") {
         let name = rest.split('`').next().unwrap_or("");
