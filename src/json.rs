@@ -125,9 +125,8 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
 /// A number in a body that an IEEE 754 double does not hold exactly.
 #[derive(Debug)]
 pub struct InexactNumber {
-    /// The body's top-level field it was found in (`None` at the top level). Only
-    /// that name is reported: keys below it, inside `state` say, are content.
-    pub field: Option<String>,
+    /// The object keys leading to it, from the top (array positions left out).
+    pub keys: Vec<String>,
     /// The number as sent, cut to 40 characters.
     pub text: String,
 }
@@ -142,42 +141,51 @@ impl InexactNumber {
         )
     }
 
-    /// 422 `validation_failed` naming the field.
-    pub fn into_error(self) -> ApiError {
-        let field = self.field.clone().unwrap_or_else(|| "body".to_owned());
+    /// 422 `validation_failed` naming the field at `depth` of the keys (0: the
+    /// body's own field). Only that name is reported: keys below it, inside `state`
+    /// say, are content, not schema.
+    pub fn into_error_at(self, depth: usize) -> ApiError {
+        let field = self
+            .keys
+            .get(depth)
+            .cloned()
+            .unwrap_or_else(|| "body".to_owned());
         ApiError::field(&field, self.message())
+    }
+
+    /// [`InexactNumber::into_error_at`] for a request body.
+    pub fn into_error(self) -> ApiError {
+        self.into_error_at(0)
     }
 }
 
 /// Checks every number token of a JSON text (already known to be valid JSON) for
 /// an exact round trip through an IEEE 754 double.
 pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
-    // Depth of nesting, and the top-level key being read (depth 1 is the body).
-    let mut depth = 0usize;
+    // One entry per open container: `Some(key)` for an object (its current key),
+    // `None` for an array; and whether the next string is a key.
+    let mut open: Vec<Option<String>> = Vec::new();
     let mut expect_key = false;
-    let mut top_key: Option<String> = None;
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'{' => {
-                depth += 1;
+                open.push(Some(String::new()));
                 expect_key = true;
                 i += 1;
             }
             b'[' => {
-                depth += 1;
+                open.push(None);
                 expect_key = false;
                 i += 1;
             }
             b'}' | b']' => {
-                depth = depth.saturating_sub(1);
+                open.pop();
+                expect_key = false;
                 i += 1;
             }
             b',' => {
-                // Inside an object a comma is followed by a key; inside an array
-                // the next value is not one (only depth-1 keys matter, and depth 1
-                // is always the body object when `parse_value` accepts it).
-                expect_key = depth == 1;
+                expect_key = matches!(open.last(), Some(Some(_)));
                 i += 1;
             }
             b':' => {
@@ -191,9 +199,11 @@ pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
                     i += if bytes[i] == b'\\' { 2 } else { 1 };
                 }
                 i += 1;
-                if expect_key && depth == 1 {
-                    top_key =
-                        serde_json::from_slice::<String>(&bytes[start..i.min(bytes.len())]).ok();
+                if expect_key {
+                    if let Some(Some(key)) = open.last_mut() {
+                        *key = serde_json::from_slice::<String>(&bytes[start..i.min(bytes.len())])
+                            .unwrap_or_default();
+                    }
                 }
             }
             b'-' | b'0'..=b'9' => {
@@ -206,7 +216,7 @@ pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
                 let text = std::str::from_utf8(&bytes[start..i]).unwrap_or("");
                 if !survives_double(text) {
                     return Err(InexactNumber {
-                        field: if depth >= 1 { top_key.clone() } else { None },
+                        keys: open.iter().flatten().cloned().collect(),
                         text: text.chars().take(40).collect(),
                     });
                 }
@@ -371,7 +381,7 @@ fn inexact_integer(value: &Value) -> Option<InexactNumber> {
     let map = value.as_object()?;
     map.iter().find_map(|(k, v)| {
         walk(v).map(|text| InexactNumber {
-            field: Some(k.clone()),
+            keys: vec![k.clone()],
             text: text.chars().take(40).collect(),
         })
     })
@@ -639,12 +649,20 @@ mod tests {
     }
 
     #[test]
-    fn an_inexact_number_names_only_the_top_level_field() {
+    fn an_inexact_number_is_found_with_its_keys() {
         let bad =
             exact_numbers(br#"{"a": "9007199254740993", "state": {"n": [1, 9007199254740993]}}"#)
                 .unwrap_err();
-        assert_eq!(bad.field.as_deref(), Some("state"));
+        assert_eq!(bad.keys, ["state", "n"]);
         assert_eq!(bad.text, "9007199254740993");
+        assert!(bad
+            .into_error()
+            .body
+            .errors
+            .is_some_and(|e| e.contains_key("state")));
+        let bad = exact_numbers(br#"{"params": {"arguments": [{"x": 1}], "y": {"z": 1e999}}}"#)
+            .unwrap_err();
+        assert_eq!(bad.keys, ["params", "y", "z"]);
         assert!(exact_numbers(br#"{"x": "\"1e400", "y": [0.1, 2]}"#).is_ok());
     }
 

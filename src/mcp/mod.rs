@@ -182,7 +182,9 @@ async fn check_message(
                     None,
                 ))
             } else if let Err(bad) = crate::json::exact_numbers(&bytes) {
-                let err = bad.into_error();
+                // Named like a REST field: a tool's argument (`params.arguments.X`).
+                let in_arguments = bad.keys.get(1).is_some_and(|k| k == "arguments");
+                let err = bad.into_error_at(if in_arguments { 2 } else { 0 });
                 Some(
                     if value.get("method").and_then(Value::as_str) == Some("tools/call") {
                         // A tool's invalid input is a tool refusal, as for every other 422.

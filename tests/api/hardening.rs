@@ -386,6 +386,11 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
         "{}",
         r.text
     );
+    assert!(
+        r.json["result"]["structuredContent"]["errors"]["after"].is_array(),
+        "{}",
+        r.text
+    );
     // A well-formed message still reaches the SDK.
     let init = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
