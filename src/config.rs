@@ -114,6 +114,23 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=1_073_741_824))]
     pub list_cache_bytes: u64,
 
+    /// Long polls of the change feed one client (a token, or an address without
+    /// one) may have waiting at once on this instance; beyond, 429.
+    #[arg(long, env = "ORBIT_LONG_POLLS_PER_CLIENT", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub long_polls_per_client: u32,
+
+    /// Serve `/metrics` only on this address (a second listener that serves nothing
+    /// else); the main address then answers 404 there. Unset: on the main address.
+    #[arg(long, env = "ORBIT_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
+
+    /// Serve `/metrics` only to `Authorization: Bearer <this value>` (at least 16
+    /// characters); others get 401. Unset: no token needed.
+    #[arg(long, env = "ORBIT_METRICS_TOKEN", hide_env_values = true,
+          value_parser = metrics_token)]
+    pub metrics_token: Option<String>,
+
     /// TEST ONLY: allow lease and handoff durations down to 1 second, so tests can
     /// watch expiry without waiting minutes. Never enable in production.
     #[arg(
@@ -123,6 +140,15 @@ pub struct Config {
         hide = true
     )]
     pub test_short_durations: bool,
+}
+
+fn metrics_token(value: &str) -> Result<String, String> {
+    let ok = value.len() >= 16 && value.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err("ORBIT_METRICS_TOKEN must be at least 16 visible ASCII characters".to_owned())
+    }
 }
 
 impl Config {
@@ -147,6 +173,9 @@ impl Config {
             idempotency_retention_hours: 24,
             client_timeout_seconds: 10,
             list_cache_bytes: LIST_CACHE_DEFAULT_BYTES,
+            long_polls_per_client: 8,
+            metrics_bind: None,
+            metrics_token: None,
             test_short_durations: false,
         }
     }

@@ -58,6 +58,11 @@ impl ApiError {
         self
     }
 
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.body.message = message.into();
+        self
+    }
+
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds.max(1));
         self
@@ -255,28 +260,48 @@ impl FieldErrors {
     }
 }
 
+/// Whether a database error comes from a connection that was lost or broke (a
+/// restart, `pg_terminate_backend`, a network failure, a timeout): such a request
+/// gets 503 and may be retried with the same key (issue 26, finding 9).
+///
+/// - A connection the server dropped fails the statement with `ClosedConnection`
+///   and the rollback after it with `UnableToSendCommand`; the server's own words
+///   ("terminating connection due to administrator command", "the database system
+///   is shutting down", a statement or lock timeout) come as `Unknown`.
+/// - When the rollback after such a failure fails too, diesel marks the
+///   connection's transaction manager broken and answers `BrokenTransactionManager`
+///   ("The transaction manager is broken") for that work; the pool then discards the
+///   connection.
+/// - A failed COMMIT whose rollback failed as well is `RollbackErrorOnCommit`.
+pub fn is_connection_failure(err: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match err {
+        Error::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        ) => true,
+        Error::DatabaseError(_, info) => is_unavailable_message(info.message()),
+        Error::BrokenTransactionManager => true,
+        Error::RollbackErrorOnCommit {
+            rollback_error,
+            commit_error,
+        } => is_connection_failure(rollback_error) || is_connection_failure(commit_error),
+        _ => false,
+    }
+}
+
 impl From<diesel::result::Error> for ApiError {
     fn from(err: diesel::result::Error) -> Self {
-        use diesel::result::{DatabaseErrorKind, Error};
+        use diesel::result::Error;
         match &err {
             Error::NotFound => {
                 tracing::error!(error = %err, "unexpected NotFound from the database");
                 ApiError::internal()
             }
-            // A connection the server dropped fails the statement with
-            // `ClosedConnection` and the rollback after it with `UnableToSendCommand`.
-            Error::DatabaseError(
-                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
-                _,
-            ) => {
+            // Every failure a lost or broken connection causes is 503 (the contract:
+            // 503 whenever the database is unavailable), never 500.
+            _ if is_connection_failure(&err) => {
                 tracing::warn!(error = %err, "database connection lost");
-                note_lost_connection();
-                ApiError::unavailable()
-            }
-            Error::DatabaseError(DatabaseErrorKind::Unknown, info)
-                if is_unavailable_message(info.message()) =>
-            {
-                tracing::warn!(error = %err, "database unavailable");
                 note_lost_connection();
                 ApiError::unavailable()
             }

@@ -95,6 +95,8 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     };
     AppState {
         core,
+        feed_reads: Arc::default(),
+        long_polls: Arc::default(),
         limits: Arc::new(crate::http::limits::Limits::new(config)),
     }
 }
@@ -108,12 +110,33 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     let mcp = mcp::service(data.clone());
     let workers = state.config.workers;
     let client_timeout = Duration::from_secs(state.config.client_timeout_seconds);
+    // `/metrics` on its own listener (ORBIT_METRICS_BIND): the same app, gated by
+    // the address a request came in on (`http::api::system::gate`).
+    let metrics_listener = match state.config.metrics_bind {
+        Some(at) => Some(TcpListener::bind(at).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {at} (set ORBIT_METRICS_BIND): {e}"),
+            )
+        })?),
+        None => None,
+    };
+    let metrics_at = match &metrics_listener {
+        Some(l) => Some(web::Data::new(crate::http::api::system::MetricsListener(
+            l.local_addr()?,
+        ))),
+        None => None,
+    };
     spawn_background(&state);
     let mut server = HttpServer::new(move || {
         let (app, _) = App::new()
             .into_utoipa_app()
             .configure(routes::configure)
             .split_for_parts();
+        let app = match metrics_at.clone() {
+            Some(at) => app.app_data(at),
+            None => app,
+        };
         app.app_data(data.clone())
             .app_data(known.clone())
             .app_data(routes::path_config())
@@ -154,6 +177,9 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     .keep_alive(client_timeout)
     .shutdown_timeout(10)
     .listen(listener)?;
+    if let Some(l) = metrics_listener {
+        server = server.listen(l)?;
+    }
     let workers = workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .max(1);
@@ -178,11 +204,13 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
 fn spawn_background(state: &AppState) {
     let pool = state.pool.clone();
     let limits = state.limits.clone();
+    let tokens = state.tokens.clone();
     actix_web::rt::spawn(async move {
         let mut interval = actix_web::rt::time::interval(Duration::from_secs(60));
         loop {
             interval.tick().await;
             limits.shrink();
+            tokens.shrink();
             let result = db::read(&pool, |conn| Ok(idempotency::purge_expired(conn)?)).await;
             match result {
                 Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),

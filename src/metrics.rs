@@ -2,12 +2,42 @@
 //! Prometheus text (served at `/metrics` by `http::api::system`).
 //!
 //! Labels are route templates, methods, statuses and error codes only: never a
-//! token, a hash or a path with ids in it.
+//! token, a hash or a path with ids in it. Every label comes from a fixed set
+//! (the route table, [`method_label`], status codes, our own error codes), and each
+//! labelled family is capped at [`MAX_SERIES`] series besides, so no request can
+//! make this module grow (issue 26, finding 1).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+/// At most this many series per labelled family; past it a new label set is
+/// counted under `route="<other>"`, `method="OTHER"` (or `code="other"`). The route
+/// table gives well under a thousand real combinations.
+pub const MAX_SERIES: usize = 4096;
+
+/// The longest method the service reads at all: longer ones are refused with 405
+/// before any bookkeeping (`telemetry::RequestSpan`). The longest registered
+/// method (`UPDATEREDIRECTREF`, RFC 4437) has 17 characters.
+pub const MAX_METHOD_LEN: usize = 20;
+
+/// The method as a label: one of the standard methods, or `OTHER`.
+pub fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
+}
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const BUCKETS: [f64; 12] = [
@@ -54,6 +84,9 @@ pub struct Gauges {
     pub list_cache_misses: u64,
     /// `(bytes, entries)` of the list cache.
     pub list_cache_usage: (usize, usize),
+    pub long_polls_waiting: u64,
+    pub feed_shared_reads: u64,
+    pub feed_own_reads: u64,
 }
 
 /// Which limiter refused a request (index into `rate_limited`).
@@ -72,11 +105,19 @@ impl Metrics {
     ) {
         {
             let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-            *r.entry((route.to_owned(), method.to_owned(), status))
-                .or_default() += 1;
+            let mut key = (route.to_owned(), method.to_owned(), status);
+            if r.len() >= MAX_SERIES && !r.contains_key(&key) {
+                key = ("<other>".to_owned(), "OTHER".to_owned(), status);
+            }
+            *r.entry(key).or_default() += 1;
         }
         {
             let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+            let route = if l.len() >= MAX_SERIES && !l.contains_key(route) {
+                "<other>"
+            } else {
+                route
+            };
             let h = l.entry(route.to_owned()).or_default();
             for (i, b) in BUCKETS.iter().enumerate() {
                 if seconds <= *b {
@@ -88,6 +129,11 @@ impl Metrics {
         }
         if let Some(code) = error_code {
             let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+            let code = if e.len() >= MAX_SERIES && !e.contains_key(code) {
+                "other"
+            } else {
+                code
+            };
             *e.entry(code.to_owned()).or_default() += 1;
         }
     }
@@ -299,6 +345,24 @@ impl Metrics {
             "orbit_list_cache_misses_total",
             "Public list pages read from the database (not cached, or no longer current).",
             g.list_cache_misses,
+        );
+        gauge(
+            &mut out,
+            "orbit_long_polls_waiting",
+            "Change-feed long polls waiting for a change.",
+            g.long_polls_waiting,
+        );
+        counter(
+            &mut out,
+            "orbit_feed_shared_reads_total",
+            "Change-feed reads run once per orbit and wake-up for all its waiting long polls.",
+            g.feed_shared_reads,
+        );
+        counter(
+            &mut out,
+            "orbit_feed_own_reads_total",
+            "Change-feed reads a woken long poll ran alone (the shared read did not cover it).",
+            g.feed_own_reads,
         );
         let (bytes, entries) = g.list_cache_usage;
         gauge(

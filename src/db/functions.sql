@@ -282,24 +282,44 @@ CREATE OR REPLACE FUNCTION quick_apply(e quick_effect) RETURNS bigint LANGUAGE s
         e.contributor, e.summary, e.key_id, e.status, convert_to(e.body, 'UTF8'))
 $$;
 
--- One quick write alone (a group of one, the common case when an orbit's agents do
--- not overlap): its effect and its change, with no subtransaction (which would take
--- a transaction id of its own). If it declines, the statement fails and its
--- transaction rolls back, the same outcome for the one write.
+-- A write alone (a group of one). Its decline is caught in a block of its own, like
+-- each write of a group: the block's subtransaction rolls back everything the write
+-- did (its key claim included), the statement succeeds with no row, and the service
+-- reads "no row" as declined. So an expected decline writes nothing at ERROR level
+-- to the server log (issue 26, finding 11); any other error still ends the
+-- statement. Until 2026-12-01 it returned OUT columns and let the decline end the
+-- statement: that version is dropped first, since its result type differs.
+DO $$ BEGIN
+    IF EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'quick_write' AND NOT proretset) THEN
+        DROP FUNCTION quick_write(int2, bigint, bigint, bigint, text, text, text, text,
+                                  text, text, int);
+    END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION quick_write(
     p_call int2, p_token bigint, p_target bigint, p_number bigint,
     p_summary text, p_state text, p_hash text,
-    p_scope text, p_key text, p_fingerprint text, p_retention int,
-    OUT out_index int, OUT out_orbit bigint, OUT out_revision bigint, OUT out_body text)
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS TABLE (out_index int, out_orbit bigint, out_revision bigint, out_body text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_effect quick_effect := quick_effect_of(p_call, p_token, p_target, p_number,
-        p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention);
+    v_effect quick_effect;
 BEGIN
+    BEGIN
+        v_effect := quick_effect_of(p_call, p_token, p_target, p_number,
+            p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention);
+    EXCEPTION WHEN raise_exception THEN
+        IF SQLERRM <> 'quick_declined' THEN
+            RAISE;
+        END IF;
+        -- Declined: nothing of it remains; the ordinary path decides.
+        RETURN;
+    END;
     out_index := 1;
     out_orbit := v_effect.orbit;
     out_revision := quick_apply(v_effect);
     out_body := v_effect.body;
+    RETURN NEXT;
 END $$;
 
 -- A group of quick writes, element i of every array being write i's arguments (as

@@ -194,3 +194,162 @@ impl ChangeHub {
         }
     }
 }
+
+/// What one shared read of an orbit's feed saw: the changes after `from` (at most
+/// a page of the largest size) and the orbit's revision at that read.
+pub struct Snapshot<R> {
+    pub from: i64,
+    pub rows: Vec<R>,
+    pub orbit_revision: i64,
+}
+
+/// The long polls waiting on one orbit, and the latest shared read for them.
+pub struct OrbitWaiters<R> {
+    pub latest: tokio::sync::watch::Sender<Option<Arc<Snapshot<R>>>>,
+    /// `after` of each waiting poll, counted (a multiset).
+    afters: Mutex<std::collections::BTreeMap<i64, usize>>,
+}
+
+impl<R> OrbitWaiters<R> {
+    /// The smallest `after` among the waiting polls, `None` when none waits.
+    pub fn min_after(&self) -> Option<i64> {
+        let afters = self.afters.lock().unwrap_or_else(|p| p.into_inner());
+        afters.keys().next().copied()
+    }
+}
+
+/// Shared feed reads (issue 26, finding 3): however many long polls wait on an
+/// orbit, one reader per orbit and instance reads the feed once per wake-up and
+/// hands every waiter the same snapshot. The reader starts with the orbit's first
+/// waiter and ends with its last.
+pub struct SharedReads<R> {
+    orbits: Mutex<std::collections::HashMap<i64, Arc<OrbitWaiters<R>>>>,
+    /// Reads the readers ran, and reads a waiter had to run itself because the
+    /// snapshot did not cover its `after` (rare: it joined during a read).
+    pub shared_reads: std::sync::atomic::AtomicU64,
+    pub own_reads: std::sync::atomic::AtomicU64,
+    pub waiting: std::sync::atomic::AtomicU64,
+}
+
+impl<R> Default for SharedReads<R> {
+    fn default() -> Self {
+        SharedReads {
+            orbits: Mutex::new(Default::default()),
+            shared_reads: Default::default(),
+            own_reads: Default::default(),
+            waiting: Default::default(),
+        }
+    }
+}
+
+/// A waiting poll's place; leaving it (drop) unregisters the poll.
+pub struct Waiter<'a, R> {
+    reads: &'a SharedReads<R>,
+    pub orbit: Arc<OrbitWaiters<R>>,
+    after: i64,
+}
+
+impl<R> Drop for Waiter<'_, R> {
+    fn drop(&mut self) {
+        let mut afters = self.orbit.afters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = afters.get_mut(&self.after) {
+            *n -= 1;
+            if *n == 0 {
+                afters.remove(&self.after);
+            }
+        }
+        self.reads.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl<R> SharedReads<R> {
+    /// Registers a poll waiting for changes after `after` on `orbit`. The bool is
+    /// true when the orbit had no reader: the caller starts one.
+    pub fn join(&self, orbit: i64, after: i64) -> (Waiter<'_, R>, bool) {
+        let mut orbits = self.orbits.lock().unwrap_or_else(|p| p.into_inner());
+        let mut new = false;
+        let entry = orbits
+            .entry(orbit)
+            .or_insert_with(|| {
+                new = true;
+                Arc::new(OrbitWaiters {
+                    latest: tokio::sync::watch::Sender::new(None),
+                    afters: Mutex::new(Default::default()),
+                })
+            })
+            .clone();
+        *entry
+            .afters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(after)
+            .or_default() += 1;
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        (
+            Waiter {
+                reads: self,
+                orbit: entry,
+                after,
+            },
+            new,
+        )
+    }
+
+    /// For the reader: true (and the orbit forgotten) when no poll waits any more,
+    /// so the reader ends; decided under the same lock `join` takes.
+    pub fn retire_if_idle(&self, orbit: i64, entry: &Arc<OrbitWaiters<R>>) -> bool {
+        let mut orbits = self.orbits.lock().unwrap_or_else(|p| p.into_inner());
+        if entry.min_after().is_some() {
+            return false;
+        }
+        if orbits.get(&orbit).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            orbits.remove(&orbit);
+        }
+        true
+    }
+}
+
+/// Long polls in progress per client (a verified token's keyed hash, or the
+/// client address), capped (`ORBIT_LONG_POLLS_PER_CLIENT`).
+#[derive(Default)]
+pub struct PollCounts(Mutex<std::collections::HashMap<PollClient, u32>>);
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum PollClient {
+    Token([u8; 32]),
+    Addr(std::net::IpAddr),
+}
+
+/// One counted long poll; dropping it gives the place back.
+pub struct PollSlot<'a> {
+    counts: &'a PollCounts,
+    client: PollClient,
+}
+
+impl PollCounts {
+    /// A place for one more long poll of `client`, or `None` at the cap.
+    pub fn enter(&self, client: PollClient, cap: u32) -> Option<PollSlot<'_>> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = counts.entry(client).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(PollSlot {
+            counts: self,
+            client,
+        })
+    }
+}
+
+impl Drop for PollSlot<'_> {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.client);
+            }
+        }
+    }
+}

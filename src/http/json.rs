@@ -4,6 +4,13 @@
 //! before reading), accepts an absent or empty body as `{}`, requires
 //! `application/json` for a non-empty body, rejects unknown fields, validates, and
 //! keeps the canonical form of the body as sent for idempotency fingerprints.
+//!
+//! Numbers follow I-JSON (RFC 7493), which RFC 8785 assumes: a number that an IEEE
+//! 754 double does not hold exactly (an integer past ±(2^53−1), a decimal with more
+//! significant digits than a double keeps, an overflow or underflow) is refused
+//! with 422, so every accepted number is stored and returned as the value sent. An
+//! integral number (`1643.0`) counts as an integer wherever one is expected, as in
+//! JSON Schema (issue 26, findings 2 and 10).
 
 use std::fmt::Write as _;
 
@@ -95,26 +102,228 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
                 "The request body must be JSON sent with `Content-Type: application/json`.",
             ));
         }
-        serde_json::from_slice(bytes).map_err(|e| {
+        let value = serde_json::from_slice(bytes).map_err(|e| {
+            // `1e400` is valid JSON that serde_json refuses: the number rule says why.
+            if e.to_string().starts_with("number out of range") {
+                if let Err(bad) = exact_numbers(bytes) {
+                    return bad.into_error();
+                }
+            }
             ApiError::invalid(
                 "malformed_json",
                 format!("The body is not valid JSON: {e}."),
             )
-        })?
+        })?;
+        if let Err(bad) = exact_numbers(bytes) {
+            return Err(bad.into_error());
+        }
+        value
     };
     parse_value(value)
+}
+
+/// A number in a body that an IEEE 754 double does not hold exactly.
+#[derive(Debug)]
+pub struct InexactNumber {
+    /// The object keys leading to it, from the top (array positions left out).
+    pub keys: Vec<String>,
+    /// The number as sent, cut to 40 characters.
+    pub text: String,
+}
+
+impl InexactNumber {
+    pub fn message(&self) -> String {
+        format!(
+            "the number {} cannot be kept exactly: numbers must be values an IEEE 754 double \
+             holds exactly (whole numbers between -9007199254740991 and 9007199254740991, \
+             decimals of at most 15 significant digits); send other values as strings",
+            self.text
+        )
+    }
+
+    /// 422 `validation_failed` naming the field at `depth` of the keys (0: the
+    /// body's own field). Only that name is reported: keys below it, inside `state`
+    /// say, are content, not schema.
+    pub fn into_error_at(self, depth: usize) -> ApiError {
+        let field = self
+            .keys
+            .get(depth)
+            .cloned()
+            .unwrap_or_else(|| "body".to_owned());
+        ApiError::field(&field, self.message())
+    }
+
+    /// [`InexactNumber::into_error_at`] for a request body.
+    pub fn into_error(self) -> ApiError {
+        self.into_error_at(0)
+    }
+}
+
+/// Checks every number token of a JSON text (already known to be valid JSON) for
+/// an exact round trip through an IEEE 754 double.
+pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
+    // One entry per open container: `Some(key)` for an object (its current key),
+    // `None` for an array; and whether the next string is a key.
+    let mut open: Vec<Option<String>> = Vec::new();
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' => {
+                open.push(Some(String::new()));
+                expect_key = true;
+                i += 1;
+            }
+            b'[' => {
+                open.push(None);
+                expect_key = false;
+                i += 1;
+            }
+            b'}' | b']' => {
+                open.pop();
+                expect_key = false;
+                i += 1;
+            }
+            b',' => {
+                expect_key = matches!(open.last(), Some(Some(_)));
+                i += 1;
+            }
+            b':' => {
+                expect_key = false;
+                i += 1;
+            }
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                if expect_key {
+                    if let Some(Some(key)) = open.last_mut() {
+                        *key = serde_json::from_slice::<String>(&bytes[start..i.min(bytes.len())])
+                            .unwrap_or_default();
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let text = std::str::from_utf8(&bytes[start..i]).unwrap_or("");
+                if !survives_double(text) {
+                    return Err(InexactNumber {
+                        keys: open.iter().flatten().cloned().collect(),
+                        text: text.chars().take(40).collect(),
+                    });
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Whether the JSON number `text` equals the double nearest to it.
+pub fn survives_double(text: &str) -> bool {
+    // An integer written as one must be in the interoperable range (RFC 7493 2.2):
+    // 2^53 is a double, but so is 2^53 + 1 rounded, and a reader cannot tell.
+    if !text.contains(['.', 'e', 'E']) {
+        return text
+            .parse::<i64>()
+            .is_ok_and(|i| i.unsigned_abs() <= 9_007_199_254_740_991);
+    }
+    let Ok(f) = text.parse::<f64>() else {
+        return false;
+    };
+    if !f.is_finite() {
+        return false;
+    }
+    // Rust prints the shortest digits that round-trip; the number survives when they
+    // are the same decimal value as the text.
+    decimal(text) == decimal(&format!("{:e}", f))
+}
+
+/// A decimal number as (negative, significant digits without leading or trailing
+/// zeros, exponent of the last digit); zero is `(false, "", 0)`.
+fn decimal(text: &str) -> Option<(bool, String, i64)> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, text),
+    };
+    let (mantissa, exp) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], rest[at + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits: String = format!("{int}{frac}");
+    let mut exp = exp.checked_sub(i64::try_from(frac.len()).ok()?)?;
+    let trimmed = digits.trim_end_matches('0').len();
+    exp = exp.checked_add(i64::try_from(digits.len() - trimmed).ok()?)?;
+    digits.truncate(trimmed);
+    let digits = digits.trim_start_matches('0').to_owned();
+    if digits.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    Some((negative, digits, exp))
+}
+
+/// Integral floats (`1643.0`, `1.6e3`) become integers, so a field typed as an
+/// integer accepts them as JSON Schema does; the value is the same number.
+pub fn integral_floats_to_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64() {
+                if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_991.0 {
+                    *n = serde_json::Number::from(f as i64);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_to_integers),
+        _ => {}
+    }
+}
+
+/// Serde's wording for a wrong type, in plain words where we can tell the type.
+fn plain_type_error(inner: String) -> String {
+    if !inner.starts_with("invalid type") && !inner.starts_with("invalid value") {
+        return inner;
+    }
+    let expected = inner.rsplit("expected ").next().unwrap_or("");
+    let integer = [
+        "i64", "u64", "i32", "u32", "i16", "u16", "u8", "i8", "usize",
+    ];
+    if integer.contains(&expected.trim()) {
+        "must be a whole number".to_owned()
+    } else if inner.starts_with("invalid type") && expected.trim() == "a string" {
+        "must be a string".to_owned()
+    } else if inner.starts_with("invalid type") && expected.trim() == "a boolean" {
+        "must be true or false".to_owned()
+    } else {
+        inner
+    }
 }
 
 /// Turns a parsed JSON value into `T` exactly as a request body would be: it must be
 /// an object, unknown and missing fields and wrong types are 422 `validation_failed`,
 /// then the type's own checks run. Keeps the canonical form for fingerprints.
-pub fn parse_value<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<JsonBody<T>> {
+pub fn parse_value<T: DeserializeOwned + Validate>(mut value: Value) -> ApiResult<JsonBody<T>> {
     if !value.is_object() {
         return Err(ApiError::invalid(
             "malformed_json",
             "The body must be a JSON object.",
         ));
     }
+    // A value that did not come as text (MCP arguments) still holds integers
+    // exactly when it holds them at all: refuse those a double cannot.
+    if let Some(bad) = inexact_integer(&value) {
+        return Err(bad.into_error());
+    }
+    integral_floats_to_integers(&mut value);
     let canonical = canonical_json(&value);
     let parsed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
@@ -139,7 +348,7 @@ pub fn parse_value<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<Js
             errors.add(&field, "is not a known field");
         } else {
             let field = if path == "." { "body".to_owned() } else { path };
-            errors.add(&field, inner);
+            errors.add(&field, plain_type_error(inner));
         }
         errors.into_error()
     })?;
@@ -149,6 +358,32 @@ pub fn parse_value<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<Js
     Ok(JsonBody {
         value: parsed,
         canonical,
+    })
+}
+
+/// The first integer of a parsed value beyond ±(2^53−1), with its top-level field.
+fn inexact_integer(value: &Value) -> Option<InexactNumber> {
+    fn walk(v: &Value) -> Option<String> {
+        match v {
+            Value::Number(n) => {
+                let too_big = n
+                    .as_i64()
+                    .map(|i| i.unsigned_abs() > 9_007_199_254_740_991)
+                    .or_else(|| n.as_u64().map(|u| u > 9_007_199_254_740_991))
+                    .unwrap_or(false);
+                too_big.then(|| n.to_string())
+            }
+            Value::Array(items) => items.iter().find_map(walk),
+            Value::Object(map) => map.values().find_map(walk),
+            _ => None,
+        }
+    }
+    let map = value.as_object()?;
+    map.iter().find_map(|(k, v)| {
+        walk(v).map(|text| InexactNumber {
+            keys: vec![k.clone()],
+            text: text.chars().take(40).collect(),
+        })
     })
 }
 
@@ -381,6 +616,54 @@ mod tests {
             let v: Value = serde_json::from_str(input).unwrap();
             assert_eq!(canonical_json(&v), expected, "{input}");
         }
+    }
+
+    #[test]
+    fn numbers_must_survive_a_double() {
+        for ok in [
+            "0",
+            "-0",
+            "0.1",
+            "1e300",
+            "1.50",
+            "1643.0",
+            "9007199254740991",
+            "-9007199254740991",
+            "1E-7",
+            "123456789012345",
+            "2.5e-308",
+        ] {
+            assert!(survives_double(ok), "{ok}");
+        }
+        for bad in [
+            "9007199254740993",
+            "0.12345678901234567890",
+            "1e400",
+            "1e-400",
+            "18446744073709551616",
+            "-9007199254740993",
+            "9007199254740992",
+        ] {
+            assert!(!survives_double(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_inexact_number_is_found_with_its_keys() {
+        let bad =
+            exact_numbers(br#"{"a": "9007199254740993", "state": {"n": [1, 9007199254740993]}}"#)
+                .unwrap_err();
+        assert_eq!(bad.keys, ["state", "n"]);
+        assert_eq!(bad.text, "9007199254740993");
+        assert!(bad
+            .into_error()
+            .body
+            .errors
+            .is_some_and(|e| e.contains_key("state")));
+        let bad = exact_numbers(br#"{"params": {"arguments": [{"x": 1}], "y": {"z": 1e999}}}"#)
+            .unwrap_err();
+        assert_eq!(bad.keys, ["params", "y", "z"]);
+        assert!(exact_numbers(br#"{"x": "\"1e400", "y": [0.1, 2]}"#).is_ok());
     }
 
     #[test]

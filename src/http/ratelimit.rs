@@ -132,6 +132,9 @@ where
             let Some(state) = state else {
                 return service.call(req).await.map(|r| r.map_into_left_body());
             };
+            if let Some(resp) = crate::http::api::system::gate(req.request(), &state) {
+                return Ok(req.into_response(resp).map_into_right_body());
+            }
             if declared_length(&req).is_some_and(|n| n > MAX_BODY_BYTES) {
                 let resp = ApiError::payload_too_large().to_response();
                 return Ok(req.into_response(resp).map_into_right_body());

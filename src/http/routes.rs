@@ -175,36 +175,75 @@ fn mark_optional_bodies(doc: &mut OpenApi) {
     }
 }
 
-/// Path templates with their methods, used to tell 405 from 404.
+/// Path templates with their methods, used to tell 405 from 404, and their
+/// documented query parameters, used to name a query error's field.
 #[derive(Clone)]
-pub struct KnownRoutes(std::sync::Arc<Vec<(ResourceDef, Vec<String>)>>);
+pub struct KnownRoutes(std::sync::Arc<Vec<KnownRoute>>);
+
+struct KnownRoute {
+    def: ResourceDef,
+    methods: Vec<String>,
+    /// Documented query parameters with their schema's `type` when it has one.
+    query: Vec<(String, Option<String>)>,
+}
 
 impl KnownRoutes {
     pub fn from_openapi(doc: &OpenApi) -> KnownRoutes {
         let mut routes = Vec::new();
         for (path, item) in doc.paths.paths.iter() {
-            let methods = serde_json::to_value(item)
+            let item = serde_json::to_value(item)
                 .ok()
                 .and_then(|v| v.as_object().cloned())
-                .map(|o| {
-                    o.keys()
-                        .filter(|k| {
-                            matches!(k.as_str(), "get" | "post" | "put" | "delete" | "patch")
-                        })
-                        .map(|k| k.to_ascii_uppercase())
-                        .collect::<Vec<_>>()
-                })
                 .unwrap_or_default();
-            routes.push((ResourceDef::new(path.as_str()), methods));
+            let operations: Vec<(&String, &serde_json::Value)> = item
+                .iter()
+                .filter(|(k, _)| matches!(k.as_str(), "get" | "post" | "put" | "delete" | "patch"))
+                .collect();
+            let methods = operations
+                .iter()
+                .map(|(k, _)| k.to_ascii_uppercase())
+                .collect();
+            let query = operations
+                .iter()
+                .filter_map(|(_, op)| op.get("parameters")?.as_array())
+                .flatten()
+                .filter(|p| p.get("in").and_then(|i| i.as_str()) == Some("query"))
+                .filter_map(|p| {
+                    let name = p.get("name")?.as_str()?.to_owned();
+                    let kind = p
+                        .pointer("/schema/type")
+                        .and_then(|t| t.as_str())
+                        .map(str::to_owned);
+                    Some((name, kind))
+                })
+                .collect();
+            routes.push(KnownRoute {
+                def: ResourceDef::new(path.as_str()),
+                methods,
+                query,
+            });
         }
         KnownRoutes(std::sync::Arc::new(routes))
     }
 
+    /// The query parameters documented for `path`, with their schema types.
+    fn query_params(&self, path: &str) -> Vec<(String, Option<String>)> {
+        self.0
+            .iter()
+            .filter(|r| r.def.is_match(path))
+            .flat_map(|r| r.query.iter().cloned())
+            .collect()
+    }
+
     fn allowed(&self, path: &str) -> Option<Vec<String>> {
         let mut allowed: Vec<String> = Vec::new();
-        for (def, methods) in self.0.iter() {
+        for KnownRoute { def, methods, .. } in self.0.iter() {
             if def.is_match(path) {
                 allowed.extend(methods.iter().cloned());
+                // HEAD is served wherever GET is (telemetry::RequestSpan).
+                if methods.iter().any(|m| m == "GET") {
+                    allowed.push("HEAD".to_owned());
+                }
             }
         }
         (!allowed.is_empty()).then_some(allowed)
@@ -265,17 +304,62 @@ pub fn path_config() -> web::PathConfig {
 }
 
 pub fn query_config() -> web::QueryConfig {
-    web::QueryConfig::default().error_handler(|err, _req| {
+    web::QueryConfig::default().error_handler(|err, req| {
         let message = err.to_string();
         let mut e = crate::error::FieldErrors::default();
-        let field = message
-            .split('`')
-            .nth(1)
-            .map(str::to_owned)
-            .unwrap_or_else(|| "query".to_owned());
-        e.add(&field, message.clone());
+        e.add(&query_error_field(&message, req), message.clone());
         e.into_error().into()
     })
+}
+
+/// The field a query error is about, named from the route's documented parameters
+/// only: a parameter whose value the error quotes, or one serde says is missing.
+/// Anything else (an unknown parameter, an error that names nothing) is `query`.
+/// Never a value or a name the client made up (`?box=all` once gave `errors.all`).
+fn query_error_field(message: &str, req: &HttpRequest) -> String {
+    let documented = req
+        .app_data::<web::Data<KnownRoutes>>()
+        .map(|k| k.query_params(req.path()))
+        .unwrap_or_default();
+    let is_documented = |name: &str| documented.iter().any(|(d, _)| d == name);
+    // actix prefixes serde's message.
+    let message = message
+        .strip_prefix("Query deserialize error: ")
+        .unwrap_or(message);
+    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or("");
+        if is_documented(name) {
+            return name.to_owned();
+        }
+    } else if !message.starts_with("unknown field") {
+        let pairs: Vec<(String, String)> =
+            web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+                .map(web::Query::into_inner)
+                .unwrap_or_default();
+        // The error quotes the value (`unknown variant `all``)...
+        let quoted_value = pairs
+            .iter()
+            .filter(|(k, _)| is_documented(k))
+            .find(|(_, v)| quoted.first() == Some(&v.as_str()));
+        // ...or the value does not fit the parameter's documented type.
+        let misfit = || {
+            pairs.iter().find(|(k, v)| {
+                documented.iter().any(|(d, kind)| {
+                    d == k
+                        && match kind.as_deref() {
+                            Some("integer") => v.parse::<i64>().is_err(),
+                            Some("boolean") => !matches!(v.as_str(), "true" | "false"),
+                            _ => false,
+                        }
+                })
+            })
+        };
+        if let Some((k, _)) = quoted_value.or_else(misfit) {
+            return k.clone();
+        }
+    }
+    "query".to_owned()
 }
 
 pub fn json_config() -> web::JsonConfig {

@@ -1,4 +1,5 @@
-//! What every handler shares: the domain's [`Core`] and the HTTP layer's rate limits.
+//! What every handler shares: the domain's [`Core`], the HTTP layer's rate limits,
+//! and the long polls' shared feed reads and per-client counts.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -10,6 +11,9 @@ use crate::http::limits::Limits;
 pub struct AppState {
     pub core: Core,
     pub limits: Arc<Limits>,
+    /// Long polls waiting per orbit and their shared feed reads (`domain::feed`).
+    pub feed_reads: Arc<crate::domain::feed::SharedReads<crate::store::changes::ChangeOut>>,
+    pub long_polls: Arc<crate::domain::feed::PollCounts>,
 }
 
 impl Deref for AppState {

@@ -1,10 +1,17 @@
 //! Logging setup and a request span. Secrets never reach a log line: the span
 //! records the method, the matched route template and the status, never headers.
+//!
+//! `RequestSpan` is the outermost layer, so it is also where a request is first
+//! looked at: a method longer than `metrics::MAX_METHOD_LEN` is refused with 405
+//! before any span, log line or metric exists for it, and `HEAD` is routed as
+//! `GET` (the HTTP codec remembers it was `HEAD` and sends no body).
 
 use std::future::{ready, Ready};
 use std::time::Instant;
 
+use actix_web::body::EitherBody;
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::http::Method;
 use futures_util::future::LocalBoxFuture;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
@@ -29,7 +36,7 @@ where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
     B: 'static,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
     type Transform = RequestSpanMiddleware<S>;
     type InitError = ();
@@ -49,15 +56,29 @@ where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
     B: 'static,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
     type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     forward_ready!(service);
 
-    fn call(&self, req: ServiceRequest) -> Self::Future {
-        let method = req.method().to_string();
-        let span = tracing::info_span!("request", %method, route = tracing::field::Empty);
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
+        // Made-up methods are unbounded input: refuse long ones before anything
+        // keeps a copy, and label the rest from a fixed set.
+        if req.method().as_str().len() > crate::metrics::MAX_METHOD_LEN {
+            let resp = crate::error::ApiError::from_status(
+                actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+            )
+            .to_response();
+            return Box::pin(ready(Ok(req.into_response(resp).map_into_right_body())));
+        }
+        let method = crate::metrics::method_label(req.method());
+        // HEAD answers like GET without a body (RFC 9110 9.3.2). `/mcp` is left
+        // alone: its GET opens an event stream.
+        if req.method() == Method::HEAD && req.path() != "/mcp" {
+            req.head_mut().method = Method::GET;
+        }
+        let span = tracing::info_span!("request", method, route = tracing::field::Empty);
         let started = Instant::now();
         let fut = self.service.call(req);
         Box::pin(
@@ -79,7 +100,7 @@ where
                 {
                     state.metrics.observe(
                         &route,
-                        res.request().method().as_str(),
+                        method,
                         res.status().as_u16(),
                         started.elapsed().as_secs_f64(),
                         code.as_deref(),
@@ -90,7 +111,7 @@ where
                     ms = started.elapsed().as_secs_f64() * 1000.0,
                     "request"
                 );
-                Ok(res)
+                Ok(res.map_into_left_body())
             }
             .instrument(span),
         )

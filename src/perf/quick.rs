@@ -146,8 +146,9 @@ const MAX_HINTS: usize = 65_536;
 /// hold writes of any orbits, and its statement (`quick_batch`, src/db/functions.sql)
 /// applies each orbit's changes in turn. Each write runs in its own subtransaction
 /// and all commit together; one that declined (or failed on its own) left nothing
-/// behind and is answered `None`. A group of one runs as `quick_write`, without a
-/// subtransaction.
+/// behind and is answered `None`. A group of one runs as `quick_write`, whose
+/// decline is also caught in a block of its own: no row, and no `ERROR` in the
+/// server log for an expected decline.
 pub struct QuickQueue {
     lanes: Arc<Lanes<Route, Queued, Option<QuickRow>>>,
     hints: Arc<Hints>,

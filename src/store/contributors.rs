@@ -295,14 +295,15 @@ pub fn token_with_memberships(
         ))
         .bind::<diesel::sql_types::BigInt, _>(id)
         .load(conn)?,
-        TokenKey::Lookup(lookup) => crate::db::sql(concat!(
+        TokenKey::Lookup(lookup, kind) => crate::db::sql(concat!(
             "SELECT 1::bigint AS g_i, ",
             me_columns!(),
             " FROM tokens t",
             me_joins!(),
-            " WHERE t.lookup = $1"
+            " WHERE t.lookup = $1 AND t.kind = $2"
         ))
         .bind::<diesel::sql_types::Text, _>(lookup)
+        .bind::<diesel::sql_types::Text, _>(kind)
         .load(conn)?,
     };
     Ok(assemble_mes(rows, 1).pop().flatten())
@@ -344,5 +345,6 @@ pub struct TokenRow {
 #[derive(Debug, Clone, Copy)]
 pub enum TokenKey<'a> {
     Id(i64),
-    Lookup(&'a str),
+    /// The lookup part and the kind its prefix names (`TokenKind::as_db`).
+    Lookup(&'a str, &'static str),
 }

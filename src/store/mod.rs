@@ -2,6 +2,7 @@
 //! `&mut PgConnection`, so it runs alone or inside the caller's transaction.
 
 pub mod artifacts;
+pub mod changes;
 pub mod contributions;
 pub mod contributors;
 pub mod handoffs;

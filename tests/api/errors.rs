@@ -222,8 +222,12 @@ async fn a_wrong_method_is_405_with_allow() {
     let app = TestApp::spawn().await;
     let a = app.agent("a").await;
     for (method, path, allowed) in [
-        (Method::DELETE, "/api/v1/orbits", vec!["GET", "POST"]),
-        (Method::PATCH, "/api/v1/me", vec!["GET"]),
+        (
+            Method::DELETE,
+            "/api/v1/orbits",
+            vec!["GET", "HEAD", "POST"],
+        ),
+        (Method::PATCH, "/api/v1/me", vec!["GET", "HEAD"]),
         (Method::PUT, "/api/v1/contributors", vec!["POST"]),
         (Method::GET, "/api/v1/me/tokens/1", vec!["DELETE"]),
         (

@@ -7,6 +7,7 @@ mod embedded;
 mod errors;
 mod functions;
 mod handoffs;
+mod hardening;
 mod harness;
 mod idempotency;
 mod knowledge;

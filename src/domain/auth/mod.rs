@@ -6,6 +6,14 @@
 //! argon2; failures are never cached. Revocation is still read from the database on
 //! every request, so a revoked token is refused on the very next request on any
 //! instance.
+//!
+//! A token is found only under the kind its prefix names. An uncached token whose
+//! lookup names no row still runs argon2 (against a dummy hash), so an unknown
+//! lookup costs what a wrong secret costs. After `FAILURES_PER_LOOKUP` failed
+//! verifications of one lookup within `FAILURE_WINDOW`, further uncached attempts
+//! with that lookup are 429 without argon2 or a database read, so a flood of wrong
+//! secrets cannot take the cores honest first requests need; a cached token never
+//! runs argon2 and is not affected (issue 26, findings 4 and 5).
 
 pub mod token;
 
@@ -41,6 +49,9 @@ diesel::define_sql_function! {
 /// each time, as it did with 60 s.
 const CACHE_TTL: Duration = Duration::from_secs(600);
 const CACHE_MAX_ENTRIES: usize = 100_000;
+/// Failed verifications of one lookup allowed per window on an instance.
+pub const FAILURES_PER_LOOKUP: u32 = 5;
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// `last_used_at` is written at most this often per token.
 const LAST_USED_GRANULARITY_SECS: i64 = 60;
 
@@ -57,6 +68,10 @@ struct CacheEntry {
 pub struct TokenCache {
     key: [u8; 32],
     entries: Mutex<HashMap<CacheKey, CacheEntry>>,
+    /// Failed verifications by lookup: (count, start of the window).
+    failures: Mutex<HashMap<String, (u32, Instant)>>,
+    /// A dummy verification (`token::verify_dummy`) is running on this instance.
+    dummy_running: std::sync::atomic::AtomicBool,
     pub hits: std::sync::atomic::AtomicU64,
     pub misses: std::sync::atomic::AtomicU64,
 }
@@ -68,6 +83,8 @@ impl Default for TokenCache {
         TokenCache {
             key,
             entries: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+            dummy_running: Default::default(),
             hits: Default::default(),
             misses: Default::default(),
         }
@@ -119,6 +136,44 @@ impl TokenCache {
     pub fn confirm(&self, key: CacheKey, token_id: i64) {
         self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.put(key, token_id);
+    }
+
+    /// Seconds until `lookup` may be verified again, when it has used up its
+    /// failed verifications for the window.
+    fn blocked_for(&self, lookup: &str) -> Option<u64> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let (count, since) = failures.get(lookup)?;
+        let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
+        (*count >= FAILURES_PER_LOOKUP).then(|| left.as_secs() + 1)
+    }
+
+    fn failed(&self, lookup: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if failures.len() >= CACHE_MAX_ENTRIES {
+            failures.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
+            if failures.len() >= CACHE_MAX_ENTRIES {
+                failures.clear();
+            }
+        }
+        let entry = failures
+            .entry(lookup.to_owned())
+            .or_insert((0, Instant::now()));
+        if entry.1.elapsed() >= FAILURE_WINDOW {
+            *entry = (0, Instant::now());
+        }
+        entry.0 += 1;
+    }
+
+    fn succeeded(&self, lookup: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures.remove(lookup);
+    }
+
+    /// Drops failure windows that have ended (called periodically).
+    pub fn shrink(&self) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
+        failures.shrink_to_fit();
     }
 
     fn forget(&self, key: &CacheKey) {
@@ -208,8 +263,9 @@ fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option
             .select(columns)
             .first(conn)
             .optional(),
-        TokenKey::Lookup(lookup) => base
+        TokenKey::Lookup(lookup, kind) => base
             .filter(tokens::lookup.eq(lookup))
+            .filter(tokens::kind.eq(kind))
             .select(columns)
             .first(conn)
             .optional(),
@@ -229,6 +285,12 @@ impl Bearer {
         token::parse(token)?;
         let key = cache.cache_key(token);
         cache.get(&key).map(|id| (key, id))
+    }
+
+    /// The keyed hash of the presented token (what the cache and the limiters key
+    /// on), `None` without a token.
+    pub fn cache_key(&self, cache: &TokenCache) -> Option<CacheKey> {
+        self.0.as_deref().map(|t| cache.cache_key(t))
     }
 
     /// A caller is required: no token → 401.
@@ -273,14 +335,39 @@ impl Bearer {
         let cached = cache.get(&key);
         let by = match cached {
             Some(token_id) => TokenKey::Id(token_id),
-            None => TokenKey::Lookup(parsed.lookup),
+            None => {
+                if let Some(seconds) = cache.blocked_for(parsed.lookup) {
+                    return Err(ApiError::too_many_requests(seconds).into());
+                }
+                TokenKey::Lookup(parsed.lookup, parsed.kind.as_db())
+            }
         };
         let Some((row, extra)) = fetch(conn, by)? else {
             cache.forget(&key);
+            if cached.is_none() {
+                if token::verify_dummy(parsed.secret, &cache.dummy_running) {
+                    cache
+                        .misses
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                cache.failed(parsed.lookup);
+            }
             return Err(ApiError::unauthorized("The token is invalid.").into());
         };
-        let secret = cached.is_none().then_some(parsed.secret);
-        let caller = admit(conn, cache, key, secret, row)?;
+        // The secret is checked before revocation is revealed: knowing a token's
+        // public lookup part tells nothing.
+        let fresh = cached.is_none();
+        if fresh {
+            if !token::verify(parsed.secret, &row.secret_hash) {
+                cache
+                    .misses
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cache.failed(parsed.lookup);
+                return Err(ApiError::unauthorized("The token is invalid.").into());
+            }
+            cache.succeeded(parsed.lookup);
+        }
+        let caller = admit(conn, cache, key, fresh, row)?;
         Ok((caller, extra))
     }
 }
@@ -298,35 +385,20 @@ pub fn admit_cached(
         cache.forget(&key);
         return Err(ApiError::unauthorized("The token is invalid.").into());
     };
-    admit(conn, cache, key, None, row)
+    admit(conn, cache, key, false, row)
 }
 
-/// What every authentication does with the token's row once read: `secret` is the
-/// presented secret when the token is not cached (it is then checked with argon2).
+/// What every authentication does with the token's row once read: `fresh` when
+/// the secret was just verified with argon2 (a cache miss), not cached.
 fn admit(
     conn: &mut PgConnection,
     cache: &TokenCache,
     key: CacheKey,
-    secret: Option<&str>,
+    fresh: bool,
     row: TokenRow,
 ) -> TxResult<Caller> {
-    // The secret is checked before revocation is revealed: knowing a token's
-    // public lookup part tells nothing.
-    match secret {
-        None => {
-            cache
-                .hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Some(secret) => {
-            cache
-                .misses
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if !token::verify(secret, &row.secret_hash) {
-                return Err(ApiError::unauthorized("The token is invalid.").into());
-            }
-        }
-    }
+    let counter = if fresh { &cache.misses } else { &cache.hits };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if row.revoked_at.is_some() {
         cache.forget(&key);
         return Err(ApiError::unauthorized("The token has been revoked.").into());

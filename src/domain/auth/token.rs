@@ -20,6 +20,9 @@ pub use crate::model::{NewToken, TokenKind};
 
 /// The parts of a syntactically valid presented token.
 pub struct ParsedToken<'a> {
+    /// The kind its prefix names: a token is found only under the kind it was
+    /// issued with, so `occ_…` presented as `oca_…` is unknown (issue 26, finding 4).
+    pub kind: TokenKind,
     pub lookup: &'a str,
     pub secret: &'a str,
 }
@@ -54,9 +57,10 @@ pub fn parse(token: &str) -> Option<ParsedToken<'_>> {
     if token.len() != TOKEN_LEN {
         return None;
     }
-    let rest = token
-        .strip_prefix(CONTRIBUTOR_PREFIX)
-        .or_else(|| token.strip_prefix(AGENT_PREFIX))?;
+    let (kind, rest) = match token.strip_prefix(CONTRIBUTOR_PREFIX) {
+        Some(rest) => (TokenKind::Contributor, rest),
+        None => (TokenKind::Agent, token.strip_prefix(AGENT_PREFIX)?),
+    };
     let (lookup, secret) = rest.split_at(LOOKUP_LEN);
     let secret = secret.strip_prefix('_')?;
     let lookup_ok = lookup
@@ -66,7 +70,11 @@ pub fn parse(token: &str) -> Option<ParsedToken<'_>> {
         && secret
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    (lookup_ok && secret_ok).then_some(ParsedToken { lookup, secret })
+    (lookup_ok && secret_ok).then_some(ParsedToken {
+        kind,
+        lookup,
+        secret,
+    })
 }
 
 /// Verifies a secret against its stored argon2id hash (constant-time comparison
@@ -80,6 +88,45 @@ pub fn verify(secret: &str, stored_hash: &str) -> bool {
         }),
         Err(_) => false,
     }
+}
+
+/// The same argon2 work as a real verification, for a token whose lookup names no
+/// row: an unknown lookup then takes as long as a wrong secret, so timing does not
+/// tell which lookups exist (issue 26, finding 5). Returns whether it ran.
+///
+/// At most one runs at a time per `running` flag (one per instance, in its token
+/// cache); while one runs, another unknown lookup
+/// is answered without it. A flood of made-up lookups (each new, so no per-lookup
+/// limit applies) then costs at most one core and never waits, where every
+/// verification would otherwise hold an argon2 slot, a blocking thread and a pooled
+/// connection: under such a flood, timing can tell an unknown lookup again, which
+/// is not a secret on its own (docs/SECURITY.md).
+pub fn verify_dummy(secret: &str, running: &std::sync::atomic::AtomicBool) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    if running
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let _done = Done(running);
+    let hash = DUMMY.get_or_init(|| {
+        let salt = SaltString::generate(&mut OsRng);
+        Argon2::default()
+            .hash_password(b"no token has this secret", &salt)
+            .expect("argon2 with default parameters cannot fail")
+            .to_string()
+    });
+    let _ = verify(secret, hash);
+    true
 }
 
 /// Runs an argon2 computation when one of the process's argon2 slots is free (one
@@ -123,8 +170,10 @@ mod tests {
         assert!(t.token.starts_with(AGENT_PREFIX));
         let parsed = parse(&t.token).expect("well-formed");
         assert_eq!(parsed.lookup, t.lookup);
+        assert_eq!(parsed.kind, TokenKind::Agent);
         assert!(verify(parsed.secret, &t.secret_hash));
         assert!(!verify("x", &t.secret_hash));
+        assert!(verify_dummy(parsed.secret, &Default::default()));
     }
 
     #[test]

@@ -253,7 +253,28 @@ fn none_match(header: &str, etag: &str) -> bool {
 }
 
 /// `attachment` with an ASCII fallback name and the exact name in RFC 8187 form.
+/// Characters never put in a download's file name: controls (C0, DEL, C1), bidi
+/// controls such as U+202E, which make `evil\u{202E}txt.exe` display as
+/// `evilexe.txt`, other invisible format characters, and line separators.
+fn is_hidden_or_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{061C}' | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}')
+}
+
 fn content_disposition(name: &str) -> String {
+    let name: String = name.chars().filter(|c| !is_hidden_or_control(*c)).collect();
+    let name = if name.trim().is_empty() {
+        "artifact".to_owned()
+    } else {
+        name
+    };
     let fallback: String = name
         .chars()
         .map(|c| {
@@ -275,11 +296,16 @@ fn content_disposition(name: &str) -> String {
     format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
 
+/// No other site may embed an artifact (`<script src>`, `<img>`): CORP
+/// `same-origin` (issue 26, finding 6).
+const CORP_SAME_ORIGIN: (&str, &str) = ("cross-origin-resource-policy", "same-origin");
+
 /// Download an artifact's bytes.
 ///
 /// `Content-Type` is the artifact's `media_type`; the response is always a download
-/// (`Content-Disposition: attachment`) with `X-Content-Type-Options: nosniff` and
-/// `Content-Security-Policy: sandbox`. `ETag` is the quoted SHA-256; a matching
+/// (`Content-Disposition: attachment`, the file name without control or bidi
+/// characters) with `X-Content-Type-Options: nosniff`,
+/// `Content-Security-Policy: sandbox` and `Cross-Origin-Resource-Policy: same-origin`. `ETag` is the quoted SHA-256; a matching
 /// `If-None-Match` answers 304 without the bytes.
 #[utoipa::path(
     tag = "Artifacts",
@@ -328,6 +354,7 @@ pub async fn get_artifact_content(
     let etag = format!("\"{}\"", head.sha256);
     let Some(bytes) = bytes else {
         return Ok(HttpResponse::NotModified()
+            .insert_header(CORP_SAME_ORIGIN)
             .insert_header((header::ETAG, etag))
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .finish());
@@ -339,6 +366,7 @@ pub async fn get_artifact_content(
         .insert_header((header::CONTENT_DISPOSITION, content_disposition(&head.name)))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .insert_header((header::CONTENT_SECURITY_POLICY, "sandbox"))
+        .insert_header(CORP_SAME_ORIGIN)
         .insert_header((header::ETAG, etag))
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .body(bytes))
@@ -392,5 +420,10 @@ mod tests {
             content_disposition("a\"b;é.txt"),
             "attachment; filename=\"a_b__.txt\"; filename*=UTF-8''a%22b%3B%C3%A9.txt"
         );
+        assert_eq!(
+            content_disposition("evil\u{202E}txt.exe\u{0007}\u{2066}"),
+            "attachment; filename=\"eviltxt.exe\"; filename*=UTF-8''eviltxt.exe"
+        );
+        assert!(content_disposition("\u{202E}\n").contains("filename=\"artifact\""));
     }
 }

@@ -1,42 +1,27 @@
 //! The change feed: `GET /api/v1/orbits/{orbit}/changes` with long poll.
+//!
+//! A long poll reads once for itself; if that page is empty it joins its orbit's
+//! waiters (`feed::SharedReads`), and one reader task per orbit reads the feed once
+//! per wake-up for all of them (issue 26, finding 3). A poll whose `after` is past
+//! the orbit's revision is answered at once (docs/DECISIONS.md), and a client may
+//! have at most `ORBIT_LONG_POLLS_PER_CLIENT` polls waiting (429 beyond).
 
 use std::time::{Duration, Instant};
 
 use actix_web::{get, web, HttpResponse};
-use chrono::{DateTime, Utc};
-use diesel::prelude::*;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::db;
-use crate::db::schema::{changes, contributors};
 use crate::domain::access;
 use crate::domain::auth::Bearer;
-use crate::domain::feed::ALL_ORBITS;
+use crate::domain::feed::{OrbitWaiters, PollClient, Snapshot, ALL_ORBITS};
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::responses::ReadErrors;
 use crate::http::api::{json_response, State};
 use crate::http::state::AppState;
-use crate::model::{ts, ContributorActor};
-use crate::store::contributors::{actor, actor_columns, ActorTuple};
-
-/// One write in an orbit.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChangeOut {
-    pub revision: i64,
-    /// e.g. `task.created`, `lease.acquired`, `member.added`.
-    pub kind: String,
-    pub entity_type: String,
-    pub entity_id: i64,
-    #[schema(required = true)]
-    pub task_id: Option<i64>,
-    pub contributor: ContributorActor,
-    #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
-    pub created_at: DateTime<Utc>,
-    /// Names side effects, e.g. a superseded handoff or an expired lease.
-    pub summary: String,
-}
+use crate::store::changes::load_page;
+pub use crate::store::changes::ChangeOut;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChangesMeta {
@@ -67,66 +52,14 @@ pub struct ChangesQuery {
     pub wait: Option<i64>,
 }
 
-type ChangeTuple = (
-    i64,
-    String,
-    String,
-    i64,
-    Option<i64>,
-    DateTime<Utc>,
-    String,
-    ActorTuple,
-);
-
-fn load_page(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    after: i64,
-    limit: i64,
-) -> QueryResult<(Vec<ChangeOut>, i64)> {
-    let orbit_revision: i64 = crate::db::schema::orbits::table
-        .find(orbit_id)
-        .select(crate::db::schema::orbits::revision)
-        .first(conn)?;
-    let rows: Vec<ChangeTuple> = changes::table
-        .inner_join(contributors::table)
-        .filter(changes::orbit_id.eq(orbit_id))
-        .filter(changes::revision.gt(after))
-        .filter(changes::revision.le(orbit_revision))
-        .order(changes::revision.asc())
-        .limit(limit)
-        .select((
-            changes::revision,
-            changes::kind,
-            changes::entity_type,
-            changes::entity_id,
-            changes::task_id,
-            changes::created_at,
-            changes::summary,
-            actor_columns(),
-        ))
-        .load(conn)?;
-    let out = rows
-        .into_iter()
-        .map(|t| ChangeOut {
-            revision: t.0,
-            kind: t.1,
-            entity_type: t.2,
-            entity_id: t.3,
-            task_id: t.4,
-            created_at: t.5,
-            summary: t.6,
-            contributor: actor(t.7),
-        })
-        .collect();
-    Ok((out, orbit_revision))
-}
-
 /// Read an orbit's changes in revision order.
 ///
 /// With `wait`, an empty page waits up to that many seconds for the next change
 /// (long poll); the wait holds no database connection. `meta.next_after` is the
-/// value to pass as `after` next time.
+/// value to pass as `after` next time. An `after` past the orbit's revision is
+/// answered at once (an empty page, `meta.orbit_revision` below `after`). A client
+/// (a token, or an address without one) may have a few long polls waiting at once
+/// (`ORBIT_LONG_POLLS_PER_CLIENT`, default 8); beyond, 429.
 #[utoipa::path(
     tag = "Orbits",
     params(("orbit" = String, Path, description = "Orbit id or slug."), ChangesQuery),
@@ -137,21 +70,36 @@ fn load_page(
 pub async fn list_changes(
     state: State,
     bearer: Bearer,
+    req: actix_web::HttpRequest,
     path: web::Path<String>,
     query: web::Query<ChangesQuery>,
 ) -> ApiResult<HttpResponse> {
-    let page = read_page(&state, bearer, path.into_inner(), query.into_inner()).await?;
+    let addr = state.limits.client_ip(&req);
+    let page = read_page(
+        &state,
+        bearer,
+        path.into_inner(),
+        query.into_inner(),
+        Some(addr),
+    )
+    .await?;
     let body = serde_json::to_vec(&page).map_err(|_| ApiError::internal())?;
     Ok(json_response(actix_web::http::StatusCode::OK, body))
 }
 
+/// The largest page: what a shared read fetches, so it serves every waiter.
+const MAX_LIMIT: i64 = 500;
+
 /// One page of an orbit's changes, waiting up to `wait` seconds for the next change
-/// when there is none yet (REST and MCP). `reference` is the orbit id or slug.
+/// when there is none yet (REST and MCP). `reference` is the orbit id or slug;
+/// `addr` the client address, which counts the long polls of a request without a
+/// token.
 pub async fn read_page(
     state: &AppState,
     bearer: Bearer,
     reference: String,
     q: ChangesQuery,
+    addr: Option<std::net::IpAddr>,
 ) -> ApiResult<ChangePage> {
     let after = q.after.unwrap_or(0);
     let limit = q.limit.unwrap_or(100);
@@ -160,61 +108,161 @@ pub async fn read_page(
     if after < 0 {
         errors.add("after", "must not be negative");
     }
-    errors.range("limit", limit, 1, 500);
+    errors.range("limit", limit, 1, MAX_LIMIT);
     errors.range("wait", wait, 0, 30);
     errors.finish()?;
 
     let deadline = Instant::now() + Duration::from_secs(wait as u64);
-    let mut orbit_id: Option<i64> = None;
-    let mut bearer = Some(bearer);
+    let client = match bearer.cache_key(&state.tokens) {
+        Some(key) => PollClient::Token(key),
+        None => PollClient::Addr(addr.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))),
+    };
+    let tokens = state.tokens.clone();
+    let (id, rows, orbit_revision) = db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        let id = access::resolve(conn, &reference)?.id;
+        let (rows, rev) = load_page(conn, id, after, limit)?;
+        Ok((id, rows, rev))
+    })
+    .await?;
+    // A poll past the orbit's revision is answered at once: no write can be the
+    // one it waits for until the feed has caught up (docs/DECISIONS.md).
+    if !rows.is_empty() || wait == 0 || after > orbit_revision {
+        return Ok(page(rows, after, orbit_revision));
+    }
+    let Some(_slot) = state
+        .long_polls
+        .enter(client, state.config.long_polls_per_client)
+    else {
+        return Err(ApiError::too_many_requests(1).with_message(format!(
+            "This client already has {} long polls waiting. Wait for one to answer, \
+             or poll without `wait`.",
+            state.config.long_polls_per_client
+        )));
+    };
+    let (waiter, new) = state.feed_reads.join(id, after);
+    let mut latest = waiter.orbit.latest.subscribe();
+    if new {
+        start_reader(state.clone(), id, waiter.orbit.clone());
+    }
     loop {
-        // Subscribe before reading, so a change that lands in between still wakes us.
-        let mut rx = state.hub.subscribe();
-        let tokens = state.tokens.clone();
-        let reference = reference.clone();
-        let auth = bearer.take();
-        let known = orbit_id;
-        let (id, rows, orbit_revision) = db::read(&state.pool, move |conn| {
-            if let Some(b) = auth {
-                b.optional(conn, &tokens)?;
-            }
-            let id = match known {
-                Some(id) => id,
-                None => access::resolve(conn, &reference)?.id,
-            };
-            let (rows, rev) = load_page(conn, id, after, limit)?;
-            Ok((id, rows, rev))
-        })
-        .await?;
-        orbit_id = Some(id);
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if !rows.is_empty() || remaining.is_zero() {
-            let next_after = rows.last().map(|c| c.revision).unwrap_or(after);
-            return Ok(ChangePage {
-                data: rows,
-                meta: ChangesMeta {
-                    next_after,
-                    orbit_revision,
-                },
-            });
-        }
-        // Wait for a wake-up concerning this orbit, or the deadline.
-        let woke = tokio::time::timeout(remaining, async {
-            loop {
-                match rx.recv().await {
-                    Ok(o) if o == id || o == ALL_ORBITS => return,
-                    Ok(_) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                        std::future::pending::<()>().await
-                    }
+        let snapshot = latest.borrow_and_update().clone();
+        if let Some(s) = snapshot.filter(|s| s.orbit_revision > after) {
+            if s.from <= after {
+                let rows: Vec<ChangeOut> = s
+                    .rows
+                    .iter()
+                    .filter(|c| c.revision > after)
+                    .take(limit as usize)
+                    .cloned()
+                    .collect();
+                if !rows.is_empty() {
+                    return Ok(page(rows, after, s.orbit_revision));
                 }
             }
-        })
-        .await;
-        if woke.is_err() {
-            // Deadline: one last read answers with whatever is there (likely empty).
-            continue;
+            // The shared read began before this poll joined, or stopped short of
+            // its `after`: read this page alone (rare).
+            drop(waiter);
+            state
+                .feed_reads
+                .own_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return own_page(state, id, after, limit).await;
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(remaining, latest.changed()).await {
+            Ok(Ok(())) => continue,
+            // The deadline.
+            _ => break,
         }
     }
+    drop(waiter);
+    // One last read answers with whatever is there (likely empty); it also covers
+    // a wake-up lost between instances.
+    own_page(state, id, after, limit).await
+}
+
+fn page(rows: Vec<ChangeOut>, after: i64, orbit_revision: i64) -> ChangePage {
+    let next_after = rows.last().map(|c| c.revision).unwrap_or(after);
+    ChangePage {
+        data: rows,
+        meta: ChangesMeta {
+            next_after,
+            orbit_revision,
+        },
+    }
+}
+
+async fn own_page(state: &AppState, id: i64, after: i64, limit: i64) -> ApiResult<ChangePage> {
+    let (rows, orbit_revision) = db::read(&state.pool, move |conn| {
+        Ok(load_page(conn, id, after, limit)?)
+    })
+    .await?;
+    Ok(page(rows, after, orbit_revision))
+}
+
+/// The reader of one orbit's waiters: reads the feed once when it starts (a write
+/// may have landed before it listened) and once per wake-up after that, from the
+/// smallest `after` waiting, and hands the snapshot to every waiter. It ends when
+/// no poll waits.
+fn start_reader(state: AppState, orbit: i64, entry: std::sync::Arc<OrbitWaiters<ChangeOut>>) {
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    tokio::spawn(async move {
+        let mut rx = state.hub.subscribe();
+        let mut first = true;
+        loop {
+            if !first {
+                let woke = tokio::time::timeout(Duration::from_secs(1), async {
+                    loop {
+                        match rx.recv().await {
+                            Ok(o) if o == orbit || o == ALL_ORBITS => return,
+                            Ok(_) => continue,
+                            Err(RecvError::Lagged(_)) => return,
+                            Err(RecvError::Closed) => std::future::pending::<()>().await,
+                        }
+                    }
+                })
+                .await;
+                if state.feed_reads.retire_if_idle(orbit, &entry) {
+                    return;
+                }
+                if woke.is_err() {
+                    continue;
+                }
+                // Wake-ups that arrived meanwhile are answered by this read too.
+                while !matches!(
+                    rx.try_recv(),
+                    Err(TryRecvError::Empty | TryRecvError::Closed)
+                ) {}
+            }
+            first = false;
+            let Some(from) = entry.min_after() else {
+                continue;
+            };
+            let read = db::read(&state.pool, move |conn| {
+                Ok(load_page(conn, orbit, from, MAX_LIMIT)?)
+            })
+            .await;
+            match read {
+                Ok((rows, orbit_revision)) => {
+                    state
+                        .feed_reads
+                        .shared_reads
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    entry
+                        .latest
+                        .send_replace(Some(std::sync::Arc::new(Snapshot {
+                            from,
+                            rows,
+                            orbit_revision,
+                        })));
+                }
+                // The waiters answer from their last read at their deadline.
+                Err(e) => tracing::debug!(error = %e, orbit, "shared feed read failed"),
+            }
+        }
+    });
 }

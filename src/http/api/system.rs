@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 use crate::db;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::http::api::State;
+use crate::http::state::AppState;
 use crate::metrics::Gauges;
 
 #[derive(Serialize, ToSchema)]
@@ -65,10 +66,61 @@ pub async fn agents_md() -> HttpResponse {
         .body(include_str!("../../../agents.md"))
 }
 
+/// The address `/metrics` is served on when `ORBIT_METRICS_BIND` is set (as
+/// bound, so port 0 works in tests).
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsListener(pub std::net::SocketAddr);
+
+/// Who may read `/metrics` (issue 26, finding 8): with `ORBIT_METRICS_BIND`, only
+/// requests on that listener, which serves nothing else; with
+/// `ORBIT_METRICS_TOKEN`, only requests with that bearer token. `None` lets the
+/// request through; otherwise the refusal (404 or 401, in the envelope).
+pub fn gate(req: &actix_web::HttpRequest, state: &AppState) -> Option<HttpResponse> {
+    use crate::error::ApiError;
+    use actix_web::http::StatusCode;
+    let is_metrics = req.path() == "/metrics";
+    if let Some(listener) = req.app_data::<actix_web::web::Data<MetricsListener>>() {
+        let on_metrics_listener = req.app_config().local_addr() == listener.0;
+        if is_metrics != on_metrics_listener {
+            return Some(ApiError::from_status(StatusCode::NOT_FOUND).to_response());
+        }
+    }
+    let expected = state.config.metrics_token.as_deref()?;
+    if !is_metrics {
+        return None;
+    }
+    use sha2::Digest;
+    use subtle::ConstantTimeEq;
+    let presented = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .unwrap_or("");
+    // Compared as digests, in constant time, so neither content nor length leaks.
+    let same: bool = sha2::Sha256::digest(presented.as_bytes())
+        .ct_eq(&sha2::Sha256::digest(expected.as_bytes()))
+        .into();
+    (!same).then(|| {
+        ApiError::unauthorized("`/metrics` needs `Authorization: Bearer <ORBIT_METRICS_TOKEN>`.")
+            .to_response()
+    })
+}
+
 /// Prometheus metrics of this instance (text format 0.0.4).
+///
+/// Public by default. With `ORBIT_METRICS_TOKEN` set it needs that bearer value
+/// (401 otherwise); with `ORBIT_METRICS_BIND` set it is served only on that address
+/// (404 here).
 #[utoipa::path(
     tag = "System",
-    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain"))
+    responses(
+        (status = 200, description = "Prometheus text format.", content_type = "text/plain"),
+        (status = 401, description = "`ORBIT_METRICS_TOKEN` is set and was not presented.", body = crate::error::ErrorBody),
+        (status = 404, description = "`ORBIT_METRICS_BIND` is set: served on that address only.", body = crate::error::ErrorBody),
+    )
 )]
 #[get("/metrics")]
 pub async fn metrics(state: State) -> HttpResponse {
@@ -78,8 +130,9 @@ pub async fn metrics(state: State) -> HttpResponse {
 }
 
 /// The gauges `/metrics` shows, read from the instance now.
-fn gauges(core: &crate::domain::Core) -> Gauges {
+fn gauges(state: &AppState) -> Gauges {
     use std::sync::atomic::Ordering::Relaxed;
+    let core = &state.core;
     let pool = core.pool.state();
     Gauges {
         pool_in_use: pool.connections.saturating_sub(pool.idle_connections),
@@ -94,5 +147,8 @@ fn gauges(core: &crate::domain::Core) -> Gauges {
         list_cache_hits: core.list_cache.hits.load(Relaxed),
         list_cache_misses: core.list_cache.misses.load(Relaxed),
         list_cache_usage: core.list_cache.usage(),
+        long_polls_waiting: state.feed_reads.waiting.load(Relaxed),
+        feed_shared_reads: state.feed_reads.shared_reads.load(Relaxed),
+        feed_own_reads: state.feed_reads.own_reads.load(Relaxed),
     }
 }

@@ -8,7 +8,12 @@
 //!
 //! In front of it, `require_token` refuses a request without a valid bearer token with
 //! HTTP 401 (`WWW-Authenticate: Bearer`) before any MCP message is read. `Protect`
-//! (body limit, rate limits) wraps the whole app, this route included.
+//! (body limit, rate limits) wraps the whole app, this route included. Then
+//! `check_message` reads the body once: text that is not JSON gets the JSON-RPC
+//! parse error (-32700), JSON that is not a JSON-RPC message the invalid-request
+//! error (-32600), both HTTP 400 as the transport specification asks; a message
+//! with a number a double does not hold exactly is refused as every body is
+//! (`json::exact_numbers`, issue 26).
 //!
 //! Every tool calls the same domain functions as the REST handlers, through
 //! `domain::write::run` for writes: one transaction, the same fence, the same revision
@@ -23,7 +28,7 @@ use std::sync::Arc;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, FromRequest, HttpMessage};
+use actix_web::{web, FromRequest, HttpMessage, HttpResponse};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
@@ -96,6 +101,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, service: &McpService) {
         service
             .clone()
             .scope_with_path(PATH)
+            .wrap(from_fn(check_message))
             .wrap(from_fn(require_token)),
     );
 }
@@ -113,6 +119,94 @@ async fn require_token(
         }
         Err(e) => Ok(req.into_response(e.to_response()).map_into_right_body()),
     }
+}
+
+/// A JSON-RPC error response (`id` null when the message has none we could read).
+fn jsonrpc_error(
+    status: u16,
+    id: Value,
+    code: i64,
+    message: &str,
+    data: Option<Value>,
+) -> HttpResponse {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    HttpResponse::build(
+        actix_web::http::StatusCode::from_u16(status)
+            .unwrap_or(actix_web::http::StatusCode::BAD_REQUEST),
+    )
+    .content_type("application/json")
+    .body(json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string())
+}
+
+/// Reads a JSON `POST` body before the SDK does, so a malformed message gets the
+/// JSON-RPC error the specification names instead of the SDK's plain-text 415,
+/// and numbers obey the same rule as REST bodies. Other requests pass untouched
+/// (a wrong content type stays the SDK's 415).
+async fn check_message(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let json_post = req.method() == actix_web::http::Method::POST
+        && req
+            .headers()
+            .get(actix_web::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_post {
+        return Ok(next.call(req).await?.map_into_left_body());
+    }
+    let mut payload = req.take_payload();
+    let bytes = match crate::http::json::read_body(req.request(), &mut payload).await {
+        Ok(b) => b,
+        Err(e) => return Ok(req.into_response(e.to_response()).map_into_right_body()),
+    };
+    let refusal = match serde_json::from_slice::<Value>(&bytes) {
+        Err(e) => Some(jsonrpc_error(
+            400,
+            Value::Null,
+            -32700,
+            &format!("Parse error: the body is not valid JSON ({e})."),
+            None,
+        )),
+        Ok(value) => {
+            let id = value.get("id").cloned().unwrap_or(Value::Null);
+            if serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value.clone()).is_err() {
+                Some(jsonrpc_error(
+                    400,
+                    if id.is_string() || id.is_number() { id } else { Value::Null },
+                    -32600,
+                    "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response.",
+                    None,
+                ))
+            } else if let Err(bad) = crate::http::json::exact_numbers(&bytes) {
+                // Named like a REST field: a tool's argument (`params.arguments.X`).
+                let in_arguments = bad.keys.get(1).is_some_and(|k| k == "arguments");
+                let err = bad.into_error_at(if in_arguments { 2 } else { 0 });
+                Some(
+                    if value.get("method").and_then(Value::as_str) == Some("tools/call") {
+                        // A tool's invalid input is a tool refusal, as for every other 422.
+                        let result = refusal(&err);
+                        HttpResponse::Ok()
+                            .content_type("application/json")
+                            .body(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+                    } else {
+                        jsonrpc_error(200, id, -32602, &err.body.message, None)
+                    },
+                )
+            } else {
+                None
+            }
+        }
+    };
+    if let Some(resp) = refusal {
+        return Ok(req.into_response(resp).map_into_right_body());
+    }
+    req.set_payload(Payload::from(actix_web::web::Bytes::from(bytes)));
+    Ok(next.call(req).await?.map_into_left_body())
 }
 
 async fn authenticate(req: &ServiceRequest) -> ApiResult<Bearer> {

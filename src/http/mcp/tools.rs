@@ -135,6 +135,14 @@ pub async fn call(
     name: &str,
     arguments: JsonObject,
 ) -> Option<ApiResult<Done>> {
+    // Integral floats are integers for ids and query arguments too, as for bodies
+    // (issue 26, finding 10).
+    let mut arguments = Value::Object(arguments);
+    crate::http::json::integral_floats_to_integers(&mut arguments);
+    let arguments = match arguments {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
     let a = Args(arguments);
     Some(match name {
         "whoami" => whoami(state, bearer, a).await,
@@ -567,7 +575,7 @@ async fn problem_overview(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
 async fn read_changes(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
     let reference = a.orbit()?;
     let q: changes::ChangesQuery = a.query()?;
-    let page = changes::read_page(state, bearer, reference, q).await?;
+    let page = changes::read_page(state, bearer, reference, q, None).await?;
     raw(&page)
 }
 

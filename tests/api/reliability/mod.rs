@@ -13,7 +13,7 @@
 //! read from the database).
 
 mod audit;
-mod fleet;
+pub(crate) mod fleet;
 mod load;
 
 mod crash;
