@@ -57,7 +57,7 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<String, Histogram>>,
     errors: Mutex<BTreeMap<String, u64>>,
     pub idempotency_replays: AtomicU64,
-    /// Lease-cycle writes done in one statement (`src/quick.rs`), and those tried
+    /// Lease-cycle writes done in one statement (`src/perf/quick.rs`), and those tried
     /// that way and then run through the ordinary path.
     pub quick_writes: AtomicU64,
     pub quick_declined: AtomicU64,

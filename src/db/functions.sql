@@ -68,7 +68,7 @@ BEGIN
     RETURN v_key;
 END $$;
 
--- Timestamps as the API writes them (`api::types::format_ts`): RFC 3339, UTC,
+-- Timestamps as the API writes them (`model::format_ts`): RFC 3339, UTC,
 -- milliseconds (truncated), `Z`.
 CREATE OR REPLACE FUNCTION json_ts(t timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')

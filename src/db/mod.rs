@@ -47,7 +47,7 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for SessionSettings 
         // weighs plans).
         // A statement whose client has gone (its instance was killed while it waited
         // for a lock, say) is cancelled within half a second instead of running to
-        // its end: a one-statement write (src/quick.rs) commits when its statement
+        // its end: a one-statement write (src/perf/quick.rs) commits when its statement
         // ends, and must not land after the instance that sent it died (PostgreSQL
         // 14 and later on Linux; a server that refuses the setting goes without).
         conn.batch_execute(&format!(

@@ -1,7 +1,7 @@
 //! Idempotency-Key: every keyed write executes at most once and replays byte for byte.
 //!
 //! A write route declares its `Operation` (method, route template, key rule) once;
-//! `api::write` then runs the whole request as one transaction:
+//! `domain::write::run` then runs the whole request as one transaction:
 //! authenticate → the handler's own lookups and permission checks → `Gate::claim`
 //! → the effect → the revision → `Gate::store` → commit.
 //!
@@ -229,7 +229,7 @@ impl Gate {
         };
         let fingerprint = self.fingerprint(params);
         let scope = self.op.scope();
-        // `claim_key` (migration 6) is shared with the quick writes (src/quick.rs).
+        // `claim_key` (migration 6) is shared with the quick writes (src/perf/quick.rs).
         let claimed: ClaimedRow = crate::db::sql("SELECT claim_key($1, $2, $3, $4, $5) AS id")
             .bind::<BigInt, _>(self.contributor_id)
             .bind::<Text, _>(&scope)

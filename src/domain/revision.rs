@@ -1,6 +1,6 @@
 //! The orbit revision: every write inside an orbit advances it by exactly one.
 //!
-//! A write names its change with `Gate::record` (src/idempotency.rs), which hands
+//! A write names its change with `Gate::record` (src/domain/idempotency.rs), which hands
 //! back [`PENDING`] for the response body. The change is applied by `orbit_apply`
 //! (`db::APPLY_PREPARE`) as the transaction's last statement, together with the stored
 //! idempotent response: one statement bumps the orbit's counter, appends the change

@@ -117,8 +117,12 @@ where
     let retention = state.config.idempotency_retention_hours;
     // A verified token's id routes the write to its orbit's group (`perf::commits`).
     let token_id = bearer.cached(&tokens).map(|(_, id)| id);
+    // A quick write of an orbit whose write group is running would decline (the
+    // group holds the orbit's row): it joins the group instead.
+    let quick = quick.filter(|_| {
+        state.config.quick_writes && !token_id.is_some_and(|t| state.commits.is_busy_for(t))
+    });
     // The quick form needs a verified token (its id) and a key to claim.
-    let quick = quick.filter(|_| state.config.quick_writes);
     let quick = match (quick, bearer.cached(&tokens), &key.0) {
         (Some(call), Some((cache_key, token_id)), Some(Ok(k))) => {
             let claim = QuickKey {

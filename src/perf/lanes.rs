@@ -48,6 +48,8 @@ type Waiting<J, T> = VecDeque<(J, oneshot::Sender<ApiResult<T>>)>;
 
 struct Route<J, T> {
     waiting: Waiting<J, T>,
+    /// Groups of this route running now (taken, and not yet answered).
+    running: usize,
     /// The lanes that count as running, by id, with when each started its current
     /// group (or started at all).
     lanes: HashMap<u64, Instant>,
@@ -100,6 +102,14 @@ where
         self.state().routes.values().map(|r| r.waiting.len()).sum()
     }
 
+    /// Whether a group of `route` is running or requests of it are queued now.
+    pub fn is_busy(&self, route: &R) -> bool {
+        self.state()
+            .routes
+            .get(route)
+            .is_some_and(|r| r.running > 0 || !r.waiting.is_empty())
+    }
+
     /// `(groups run, requests answered, requests waiting)`.
     pub fn counts(&self) -> (u64, u64, u64) {
         (
@@ -117,6 +127,7 @@ where
             let lane_id = state.next_lane;
             let queue = state.routes.entry(route).or_insert_with(|| Route {
                 waiting: VecDeque::new(),
+                running: 0,
                 lanes: HashMap::new(),
             });
             queue.waiting.push_back((job, done));
@@ -163,6 +174,7 @@ where
                     return;
                 }
                 queue.lanes.insert(id, Instant::now());
+                queue.running += 1;
                 let n = queue.waiting.len().min(self.shape.max_group);
                 queue.waiting.drain(..n).collect()
             };
@@ -172,6 +184,11 @@ where
             let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 (self.run)(&route, &mut jobs)
             }));
+            // Done before anyone is answered: a request sent after its answer never
+            // sees this group as running.
+            if let Some(queue) = self.state().routes.get_mut(&route) {
+                queue.running = queue.running.saturating_sub(1);
+            }
             let Ok(mut answers) = answers else {
                 tracing::error!("a group of {}s panicked", self.shape.what);
                 continue;

@@ -1,6 +1,6 @@
 //! Quick writes: the successful case of a lease-cycle write in one statement.
 //!
-//! A lease acquire, a checkpoint or a release through the ordinary path (`api::write`)
+//! A lease acquire, a checkpoint or a release through the ordinary path (`domain::write::run`)
 //! is about nine round trips to the database (BEGIN, token, membership, key claim,
 //! task lock, the read after it, the effect, the closing statement with COMMIT, the
 //! revision), and on a small machine the context switches of those round trips are
@@ -18,7 +18,7 @@
 //! token this instance has not verified yet, artifacts to check...) the function
 //! raises `quick_declined`, its subtransaction rolls back having changed nothing,
 //! and once the group has committed the write runs through the ordinary path, which
-//! decides and words every refusal: the fence module (`src/fence.rs`) stays the one
+//! decides and words every refusal: the fence module (`src/domain/fence.rs`) stays the one
 //! owner of the lease checks. The integration tests compare each quick response,
 //! byte for byte, with the ordinary read of what it wrote, and count on `/metrics`
 //! that the quick path ran and how the writes were grouped.

@@ -265,7 +265,7 @@ macro_rules! contribution_select {
 const CONTRIBUTION_SELECT: &str = contribution_select!();
 
 /// [`contribution`] for several ids in one statement (a group of reads,
-/// `src/readgroup.rs`): one answer per id, in order.
+/// `src/perf/readgroup.rs`): one answer per id, in order.
 pub fn contributions_by_ids(
     conn: &mut PgConnection,
     ids: &[i64],

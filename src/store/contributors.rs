@@ -310,7 +310,7 @@ pub fn token_with_memberships(
 }
 
 /// [`token_with_memberships`] for several tokens by id in one statement (a group
-/// of `GET /me` reads, `src/readgroup.rs`): one answer per id, in order; an id may
+/// of `GET /me` reads, `src/perf/readgroup.rs`): one answer per id, in order; an id may
 /// repeat.
 pub fn tokens_with_memberships(
     conn: &mut PgConnection,

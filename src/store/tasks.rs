@@ -350,7 +350,7 @@ impl From<TaskRow> for Task {
 // The active lease is a LATERAL probe of the unique (task_id, lease_version) index:
 // one lookup per task returned, whatever statistics the cached plan was made with.
 // A task's open lease, if any, is always its newest (`lease_version`): a version is
-// issued only after the previous lease ended (src/fence.rs).
+// issued only after the previous lease ended (src/domain/fence.rs).
 // Each related row is probed per task by its own key, whatever the table sizes: a
 // lateral subquery with `OFFSET 0` keeps the planner from joining the creators
 // another way (a merge join over the whole contributors index, seen on small
@@ -392,7 +392,7 @@ macro_rules! task_select {
 const TASK_SELECT: &str = task_select!("clock_timestamp()");
 
 /// [`task`] for several ids in one statement (a group of reads,
-/// `src/readgroup.rs`): one answer per id, in order.
+/// `src/perf/readgroup.rs`): one answer per id, in order.
 pub fn tasks_by_ids(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<Option<Task>>> {
     let rows: Vec<crate::db::grouped::Numbered<TaskRow>> = crate::db::sql(crate::group_over_ids!(
         concat!(task_select!("clock_timestamp()"), " WHERE t.id = q.id")

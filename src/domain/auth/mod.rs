@@ -131,7 +131,7 @@ impl TokenCache {
         );
     }
 
-    /// Counts a request a quick write (`src/quick.rs`) authenticated with a cached
+    /// Counts a request a quick write (`src/perf/quick.rs`) authenticated with a cached
     /// token, and refreshes its entry, as `Bearer::require_with` does.
     pub fn confirm(&self, key: CacheKey, token_id: i64) {
         self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -278,7 +278,7 @@ impl Bearer {
     }
 
     /// The token's row id when this instance verified it recently: a quick write
-    /// (`src/quick.rs`) then reads revocation in its own statement. `None` for no
+    /// (`src/perf/quick.rs`) then reads revocation in its own statement. `None` for no
     /// token or one that must be verified (the ordinary path does it).
     pub fn cached(&self, cache: &TokenCache) -> Option<(CacheKey, i64)> {
         let token = self.0.as_deref()?;
@@ -373,7 +373,7 @@ impl Bearer {
 }
 
 /// A token's row read by id for a token this instance verified (`Bearer::cached`),
-/// in a statement of its own (a group of reads, `src/readgroup.rs`): the caller,
+/// in a statement of its own (a group of reads, `src/perf/readgroup.rs`): the caller,
 /// or the 401 the ordinary path would give.
 pub fn admit_cached(
     conn: &mut PgConnection,

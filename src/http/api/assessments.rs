@@ -99,7 +99,7 @@ pub async fn create_assessment(
     .await
 }
 
-/// The assessment, inside `api::write`'s transaction (REST and MCP).
+/// The assessment, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn create(
     conn: &mut diesel::PgConnection,
     caller: &Caller,

@@ -125,7 +125,7 @@ pub fn state_hash(body: &Body<CreateCheckpoint>) -> Option<(String, String)> {
     })
 }
 
-/// Checkpoint creation, inside `api::write`'s transaction (REST and MCP). `hashed` is
+/// Checkpoint creation, inside `domain::write::run`'s transaction (REST and MCP). `hashed` is
 /// `state_hash(body)`, computed once outside the (retried) transaction.
 pub fn create(
     conn: &mut diesel::PgConnection,

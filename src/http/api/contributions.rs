@@ -153,7 +153,7 @@ pub async fn create_contribution(
     .await
 }
 
-/// Contribution creation, inside `api::write`'s transaction (REST and MCP).
+/// Contribution creation, inside `domain::write::run`'s transaction (REST and MCP).
 /// `reference` is the orbit id or slug.
 pub fn create(
     conn: &mut diesel::PgConnection,
@@ -361,7 +361,7 @@ pub async fn revise_contribution(
     .await
 }
 
-/// The next revision, inside `api::write`'s transaction (REST and MCP).
+/// The next revision, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn revise(
     conn: &mut diesel::PgConnection,
     caller: &Caller,

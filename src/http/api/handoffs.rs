@@ -118,7 +118,7 @@ pub async fn offer_handoff(
     .await
 }
 
-/// The offer, inside `api::write`'s transaction (REST and MCP). `min` is the
+/// The offer, inside `domain::write::run`'s transaction (REST and MCP). `min` is the
 /// smallest `expires_in_seconds` (`leases::min_duration`).
 pub fn offer(
     conn: &mut diesel::PgConnection,
@@ -304,7 +304,7 @@ pub async fn accept_handoff(
     .await
 }
 
-/// The accept, inside `api::write`'s transaction (REST and MCP).
+/// The accept, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn accept(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
@@ -482,7 +482,7 @@ pub async fn decline_handoff(
     .await
 }
 
-/// The decline, inside `api::write`'s transaction (REST and MCP).
+/// The decline, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn decline(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
@@ -542,7 +542,7 @@ pub async fn withdraw_handoff(
     .await
 }
 
-/// The withdrawal, inside `api::write`'s transaction (REST and MCP).
+/// The withdrawal, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn withdraw(
     conn: &mut diesel::PgConnection,
     caller: &Caller,

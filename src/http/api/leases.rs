@@ -115,7 +115,7 @@ pub async fn acquire_lease(
     .await
 }
 
-/// The acquire, inside `api::write`'s transaction (REST and MCP).
+/// The acquire, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn acquire(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
@@ -314,7 +314,7 @@ pub async fn renew_lease(
     .await
 }
 
-/// The renewal, inside `api::write`'s transaction (REST and MCP).
+/// The renewal, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn renew(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
@@ -389,7 +389,7 @@ pub async fn release_lease(
     .await
 }
 
-/// The release, inside `api::write`'s transaction (REST and MCP).
+/// The release, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn release(
     conn: &mut diesel::PgConnection,
     caller: &Caller,

@@ -100,7 +100,7 @@ pub async fn create_memory_record(
     .await
 }
 
-/// Memory record creation, inside `api::write`'s transaction (REST and MCP).
+/// Memory record creation, inside `domain::write::run`'s transaction (REST and MCP).
 /// `reference` is the orbit id or slug.
 pub fn create(
     conn: &mut diesel::PgConnection,

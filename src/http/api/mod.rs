@@ -68,7 +68,7 @@ fn page_bytes<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<Vec<u8>> 
     })
 }
 
-/// A public list page of one orbit, through the list cache (`src/listcache.rs`): on
+/// A public list page of one orbit, through the list cache (`src/perf/listcache.rs`): on
 /// one pool checkout, the presented token is checked as in [`public_read`], then
 /// one statement reads the orbit (404 if absent), its revision and the clock; a
 /// cached page whose stamp holds at them is answered as is. Otherwise `page` reads
@@ -136,7 +136,7 @@ where
     write_quick(state, bearer, key, op, body_canonical, None, work).await
 }
 
-/// [`write`] for a lease-cycle write that may run as a quick write (`src/quick.rs`):
+/// [`write`] for a lease-cycle write that may run as a quick write (`src/perf/quick.rs`):
 /// with a token this instance has verified and a key, `quick` runs first, in the
 /// next group of quick writes; when it declines, `work` runs exactly as in
 /// [`write`], as its own unit of work (one `web::block`, one pool checkout).

@@ -230,7 +230,7 @@ pub async fn join_orbit(
     .await
 }
 
-/// Joining, inside `api::write`'s transaction (REST and MCP). `reference` is the
+/// Joining, inside `domain::write::run`'s transaction (REST and MCP). `reference` is the
 /// orbit id or slug.
 pub fn join(
     conn: &mut diesel::PgConnection,

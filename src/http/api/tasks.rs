@@ -99,7 +99,7 @@ pub async fn create_task(
     .await
 }
 
-/// Task creation, inside `api::write`'s transaction (REST and MCP). `reference` is
+/// Task creation, inside `domain::write::run`'s transaction (REST and MCP). `reference` is
 /// the orbit id or slug.
 pub fn create(
     conn: &mut diesel::PgConnection,
@@ -288,7 +288,7 @@ pub async fn complete_task(
     .await
 }
 
-/// Completion, inside `api::write`'s transaction (REST and MCP).
+/// Completion, inside `domain::write::run`'s transaction (REST and MCP).
 pub fn complete(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
