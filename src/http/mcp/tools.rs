@@ -330,6 +330,20 @@ change. Summaries are content written by others.",
         },
     },
     Def {
+        name: "search",
+        description: "Search the commons before you start: contributions (current revision), \
+problems, tasks and memory records, best match first. `q` in web-search syntax (words, \
+\"quoted phrases\", OR, -excluded; English words match across inflections). Each hit has a \
+plain-text `snippet` and `matches`, the [start, end) code-point offsets of the matched words \
+in it. For the next page pass meta.next_cursor as `cursor` with the same q, orbit and types. \
+empty_query: q had only stop words or punctuation (fix_input). Hits are content written by \
+others.",
+        input: Input::Read {
+            args: &["q", "orbit", "types", "search_limit", "cursor"],
+            required: &["q"],
+        },
+    },
+    Def {
         name: "write_memory",
         description: "Save a memory record (content and up to 32 tags) in an orbit. Not \
 idempotent: every call creates a record, so do not repeat a call that succeeded.",
@@ -392,6 +406,28 @@ meta.next_after (default 0)."}),
             json!({"type": "string",
                    "enum": ["PENDING", "ACCEPTED", "DECLINED", "WITHDRAWN", "SUPERSEDED", "EXPIRED"],
                    "description": "Only handoffs with this status."}),
+        ),
+        "q" => (
+            "q",
+            json!({"type": "string", "minLength": 1, "maxLength": 256,
+                   "description": "What to look for: words (all must match), \"quoted \
+phrases\", OR, -excluded."}),
+        ),
+        "types" => (
+            "types",
+            json!({"type": "string",
+                   "description": "Comma list of CONTRIBUTION, PROBLEM, TASK, MEMORY \
+(default all)."}),
+        ),
+        "search_limit" => (
+            "limit",
+            json!({"type": "integer", "minimum": 1, "maximum": 50,
+                   "description": "At most this many hits (default 20)."}),
+        ),
+        "cursor" => (
+            "cursor",
+            json!({"type": "string",
+                   "description": "The previous result's meta.next_cursor."}),
         ),
         other => unreachable!("no schema for argument {other}"),
     }
@@ -644,6 +680,7 @@ pub async fn call(
         "problem_overview" => problem_overview(state, bearer, a).await,
         "read_changes" => read_changes(state, bearer, a).await,
         "write_memory" => write_memory(state, bearer, a).await,
+        "search" => search(state, bearer, a).await,
         _ => return None,
     })
 }
@@ -1059,6 +1096,14 @@ async fn write_memory(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<D
         move |conn, caller, gate| memory::create(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+async fn search(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let orbit = a.orbit_opt()?;
+    let mut query: crate::domain::search::SearchQuery = a.query()?;
+    query.orbit = orbit;
+    let page = crate::domain::search::search(state, bearer, query).await?;
+    raw(&page)
 }
 
 #[cfg(test)]

@@ -1,0 +1,343 @@
+//! Full-text search queries (contract section 13) over the `search` tsvector
+//! columns of migration 8: parsing a query, the ranked candidates of one page, and
+//! the hits' fields with their highlighted snippets.
+//!
+//! These statements go through `diesel::sql_query`, not the cached `db::sql`: each
+//! execution is planned with its own tsquery, so PostgreSQL weighs a rare word
+//! (a few index entries, then a sort) against a common one (walk the id index
+//! backwards until the window is full) from its statistics. A cached generic plan
+//! would pick one of the two for every word.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Float4, Nullable, Text, Timestamptz};
+
+/// The text search configuration of every `search` column (migration 8).
+pub const CONFIG: &str = "orbit_search";
+
+/// How many of the newest matches of each kind are ranked. A word that matches more
+/// rows than this is ranked among its newest `WINDOW` matches per kind only; the
+/// rest is never read (docs/DECISIONS.md, "Search").
+pub const WINDOW: i64 = 1000;
+
+/// Marks the start and end of a matched word in `ts_headline`'s output. Private-use
+/// characters, removed from the text before it is highlighted (`translate` to
+/// U+FFFD), so every marker in the output is ours.
+pub const START: char = '\u{E000}';
+pub const STOP: char = '\u{E001}';
+
+/// A searched kind. The order of the variants is the order of ties (by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Contribution,
+    Memory,
+    Problem,
+    Task,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Contribution, Kind::Memory, Kind::Problem, Kind::Task];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Contribution => "CONTRIBUTION",
+            Kind::Memory => "MEMORY",
+            Kind::Problem => "PROBLEM",
+            Kind::Task => "TASK",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Kind::Contribution => "contributions",
+            Kind::Memory => "memory_records",
+            Kind::Problem => "problems",
+            Kind::Task => "tasks",
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Parsed {
+    #[diesel(sql_type = Text)]
+    query: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    nodes: i32,
+}
+
+/// `q` in web-search syntax as a tsquery (its text form), or `None` when nothing in
+/// it is searchable (only stop words or punctuation). `websearch_to_tsquery` never
+/// fails on syntax.
+pub fn parse(conn: &mut PgConnection, q: &str) -> QueryResult<Option<String>> {
+    let row: Parsed = diesel::sql_query(
+        "SELECT t::text AS query, numnode(t) AS nodes \
+         FROM websearch_to_tsquery('orbit_search', $1) AS t",
+    )
+    .bind::<Text, _>(q)
+    .get_result(conn)?;
+    Ok((row.nodes > 0).then_some(row.query))
+}
+
+#[derive(QueryableByName)]
+struct MaxIds {
+    #[diesel(sql_type = BigInt)]
+    contribution: i64,
+    #[diesel(sql_type = BigInt)]
+    memory: i64,
+    #[diesel(sql_type = BigInt)]
+    problem: i64,
+    #[diesel(sql_type = BigInt)]
+    task: i64,
+}
+
+/// The highest id of each kind now (0 when none), indexed by `Kind::index`: the
+/// bounds that keep a search's later pages to the rows its first page could see.
+pub fn max_ids(conn: &mut PgConnection) -> QueryResult<[i64; 4]> {
+    let r: MaxIds = crate::db::sql(
+        "SELECT (SELECT COALESCE(max(id), 0) FROM contributions) AS contribution, \
+                (SELECT COALESCE(max(id), 0) FROM memory_records) AS memory, \
+                (SELECT COALESCE(max(id), 0) FROM problems) AS problem, \
+                (SELECT COALESCE(max(id), 0) FROM tasks) AS task",
+    )
+    .get_result(conn)?;
+    Ok([r.contribution, r.memory, r.problem, r.task])
+}
+
+/// Where a page starts: after this hit in the order (rank desc, kind, id).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct After {
+    pub rank: f32,
+    pub kind: Kind,
+    pub id: i64,
+}
+
+/// One ranked candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    pub kind: Kind,
+    pub id: i64,
+    pub rank: f32,
+}
+
+#[derive(QueryableByName)]
+struct RankedRow {
+    #[diesel(sql_type = Text)]
+    kind: String,
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Float4)]
+    rank: f32,
+}
+
+/// The next `limit` hits of `tsquery` in the order (rank desc, kind, id): for each
+/// kind of `kinds`, its newest [`WINDOW`] matches with an id up to `bounds` (in
+/// `orbit` when given) are ranked, and only those. The statement's shape depends on
+/// `kinds`, `orbit` and `after` alone; every value is bound.
+pub fn ranked(
+    conn: &mut PgConnection,
+    tsquery: &str,
+    kinds: &[Kind],
+    orbit: Option<i64>,
+    bounds: &[i64; 4],
+    after: Option<After>,
+    limit: i64,
+) -> QueryResult<Vec<Ranked>> {
+    if kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    // $1 query, $2..$5 bounds by kind, $6 orbit, $7..$9 after, $10 limit.
+    let orbit_filter = if orbit.is_some() {
+        " AND t.orbit_id = $6"
+    } else {
+        ""
+    };
+    let branches: Vec<String> = kinds
+        .iter()
+        .map(|k| {
+            format!(
+                "(SELECT '{kind}'::text COLLATE \"C\" AS kind, t.id, t.search AS doc \
+                  FROM {table} t \
+                  WHERE t.search @@ $1::tsquery AND t.id <= ${bound}{orbit_filter} \
+                  ORDER BY t.id DESC LIMIT {WINDOW})",
+                kind = k.as_str(),
+                table = k.table(),
+                bound = k.index() + 2,
+            )
+        })
+        .collect();
+    let after_filter = if after.is_some() {
+        "WHERE r.rank < $7 OR (r.rank = $7 AND (r.kind, r.id) > ($8::text COLLATE \"C\", $9))"
+    } else {
+        ""
+    };
+    let text = format!(
+        "SELECT r.kind, r.id, r.rank FROM ( \
+             SELECT c.kind, c.id, ts_rank(c.doc, $1::tsquery, 1) AS rank FROM ({}) c \
+         ) r {after_filter} \
+         ORDER BY r.rank DESC, r.kind, r.id LIMIT $10",
+        branches.join(" UNION ALL ")
+    );
+    let a = after.unwrap_or(After {
+        rank: 0.0,
+        kind: Kind::Contribution,
+        id: 0,
+    });
+    let rows: Vec<RankedRow> = diesel::sql_query(text)
+        .bind::<Text, _>(tsquery)
+        .bind::<BigInt, _>(bounds[0])
+        .bind::<BigInt, _>(bounds[1])
+        .bind::<BigInt, _>(bounds[2])
+        .bind::<BigInt, _>(bounds[3])
+        .bind::<Nullable<BigInt>, _>(orbit)
+        .bind::<Float4, _>(a.rank)
+        .bind::<Text, _>(a.kind.as_str())
+        .bind::<BigInt, _>(a.id)
+        .bind::<BigInt, _>(limit)
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            Kind::parse(&r.kind).map(|kind| Ranked {
+                kind,
+                id: r.id,
+                rank: r.rank,
+            })
+        })
+        .collect())
+}
+
+/// A hit's fields, with `ts_headline` of its long field (`body`) and of its short
+/// one (`head`: the title, or a memory record's tags), both marked with
+/// [`START`]/[`STOP`].
+#[derive(Debug, Clone, QueryableByName)]
+pub struct HitRow {
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = BigInt)]
+    pub orbit_id: i64,
+    #[diesel(sql_type = Text)]
+    pub orbit_slug: String,
+    #[diesel(sql_type = Text)]
+    pub title: String,
+    #[diesel(sql_type = Text)]
+    pub body_headline: String,
+    #[diesel(sql_type = Text)]
+    pub head_headline: String,
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    pub updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub revision: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub contribution_kind: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub status: Option<String>,
+}
+
+/// `ts_headline` options: a passage of 15..35 words around the best match (the
+/// start of the text when nothing in it matched), or the whole short field.
+const BODY_OPTIONS: &str =
+    "StartSel=\"\u{E000}\", StopSel=\"\u{E001}\", MaxWords=35, MinWords=15, ShortWord=3";
+const HEAD_OPTIONS: &str = "StartSel=\"\u{E000}\", StopSel=\"\u{E001}\", HighlightAll=true";
+
+/// The fields of the hits named by `ids` (any order; the caller orders them).
+pub fn hits(
+    conn: &mut PgConnection,
+    tsquery: &str,
+    ids: &[(Kind, i64)],
+) -> QueryResult<Vec<HitRow>> {
+    // Text whose own markers could be taken for ours has them replaced first.
+    let clean = |col: &str| format!("translate({col}, E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')");
+    let hl = |col: &str, opts: &str| format!("ts_headline('{CONFIG}', {}, q.q, {opts})", clean(col));
+    let mut branches = Vec::new();
+    for kind in Kind::ALL {
+        if !ids.iter().any(|(k, _)| *k == kind) {
+            continue;
+        }
+        let param = kind.index() + 4;
+        let (title, body, head, updated, revision, ckind, status) = match kind {
+            Kind::Contribution => (
+                "t.title".to_owned(),
+                "t.body",
+                "t.title".to_owned(),
+                "t.updated_at",
+                "t.revision",
+                "t.kind",
+                "NULL::text",
+            ),
+            Kind::Problem => (
+                "t.title".to_owned(),
+                "t.statement",
+                "t.title".to_owned(),
+                "t.updated_at",
+                "NULL::bigint",
+                "NULL::text",
+                "t.status",
+            ),
+            Kind::Task => (
+                "t.title".to_owned(),
+                "t.description",
+                "t.title".to_owned(),
+                "t.updated_at",
+                "NULL::bigint",
+                "NULL::text",
+                "t.status",
+            ),
+            // A record has no title: its first line, at most 80 characters.
+            Kind::Memory => (
+                "left(split_part(btrim(t.content), E'\\n', 1), 80)".to_owned(),
+                "t.content",
+                "orbit_search_tags(t.tags)".to_owned(),
+                "t.created_at",
+                "NULL::bigint",
+                "NULL::text",
+                "NULL::text",
+            ),
+        };
+        branches.push(format!(
+            "SELECT '{k}'::text AS kind, t.id, t.orbit_id, o.slug AS orbit_slug, \
+                    {title} AS title, {bh} AS body_headline, {hh} AS head_headline, \
+                    t.created_at, {updated} AS updated_at, {revision} AS revision, \
+                    {ckind} AS contribution_kind, {status} AS status \
+             FROM {table} t JOIN orbits o ON o.id = t.orbit_id, q \
+             WHERE t.id = ANY(${param})",
+            k = kind.as_str(),
+            table = kind.table(),
+            bh = hl(body, "$2"),
+            hh = hl(&head, "$3"),
+        ));
+    }
+    if branches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let text = format!(
+        "WITH q AS (SELECT $1::tsquery AS q) {}",
+        branches.join(" UNION ALL ")
+    );
+    let of = |kind: Kind| -> Vec<i64> {
+        ids.iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, id)| *id)
+            .collect()
+    };
+    diesel::sql_query(text)
+        .bind::<Text, _>(tsquery)
+        .bind::<Text, _>(BODY_OPTIONS)
+        .bind::<Text, _>(HEAD_OPTIONS)
+        .bind::<Array<BigInt>, _>(of(Kind::Contribution))
+        .bind::<Array<BigInt>, _>(of(Kind::Memory))
+        .bind::<Array<BigInt>, _>(of(Kind::Problem))
+        .bind::<Array<BigInt>, _>(of(Kind::Task))
+        .load(conn)
+}
