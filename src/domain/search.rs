@@ -194,7 +194,10 @@ fn check(query: SearchQuery) -> ApiResult<Checked> {
         Some(c) => match Cursor::decode(c) {
             Some(c) => Some(c),
             None => {
-                e.add("cursor", "is not a cursor this service gave (use meta.next_cursor)");
+                e.add(
+                    "cursor",
+                    "is not a cursor this service gave (use meta.next_cursor)",
+                );
                 None
             }
         },

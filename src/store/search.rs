@@ -259,7 +259,8 @@ pub fn hits(
 ) -> QueryResult<Vec<HitRow>> {
     // Text whose own markers could be taken for ours has them replaced first.
     let clean = |col: &str| format!("translate({col}, E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')");
-    let hl = |col: &str, opts: &str| format!("ts_headline('{CONFIG}', {}, q.q, {opts})", clean(col));
+    let hl =
+        |col: &str, opts: &str| format!("ts_headline('{CONFIG}', {}, q.q, {opts})", clean(col));
     let mut branches = Vec::new();
     for kind in Kind::ALL {
         if !ids.iter().any(|(k, _)| *k == kind) {
