@@ -15,10 +15,16 @@ use diesel::sql_types::{Array, BigInt, Float4, Nullable, Text, Timestamptz};
 /// The text search configuration of every `search` column (migration 8).
 pub const CONFIG: &str = "orbit_search";
 
-/// How many of the newest matches of each kind are ranked. A word that matches more
-/// rows than this is ranked among its newest `WINDOW` matches per kind only; the
-/// rest is never read (docs/DECISIONS.md, "Search").
+/// How many of the newest matches of each kind are ranked. A query that matches
+/// more rows than this is ranked among its newest `WINDOW` matches per kind only;
+/// the rest is never read (docs/DECISIONS.md, "Search").
 pub const WINDOW: i64 = 1000;
+
+/// A query with a phrase looks for it among the newest this many rows (per kind)
+/// holding all its words. The index cannot check word positions, so a phrase of
+/// common words that rarely meet would otherwise be checked row by row through
+/// the whole table; the rows holding all its words the index finds exactly.
+pub const PHRASE_CANDIDATES: i64 = 2000;
 
 /// Marks the start and end of a matched word in `ts_headline`'s output. Private-use
 /// characters, removed from the text before it is highlighted (`translate` to
@@ -139,7 +145,8 @@ struct RankedRow {
 
 /// The next `limit` hits of `tsquery` in the order (rank desc, kind, id): for each
 /// kind of `kinds`, its newest [`WINDOW`] matches with an id up to `bounds` (in
-/// `orbit` when given) are ranked, and only those. The statement's shape depends on
+/// `orbit` when given; for a phrase, among [`PHRASE_CANDIDATES`]) are ranked, and
+/// only those. The statement's shape depends on
 /// `kinds`, `orbit` and `after` alone; every value is bound.
 pub fn ranked(
     conn: &mut PgConnection,
@@ -153,24 +160,39 @@ pub fn ranked(
     if kinds.is_empty() {
         return Ok(Vec::new());
     }
-    // $1 query, $2..$5 bounds by kind, $6 orbit, $7..$9 after, $10 limit.
+    // $1 query, $2..$5 bounds by kind, $6 orbit, $7..$9 after, $10 limit, $11 the
+    // query without phrases.
     let orbit_filter = if orbit.is_some() {
         " AND t.orbit_id = $6"
     } else {
         ""
     };
+    // Per kind, its newest WINDOW matches. PostgreSQL plans each execution with the
+    // actual query: a rare word reads its few index entries and sorts them, a common
+    // one walks the id index backwards until the window is full. With a phrase, the
+    // candidates are the newest PHRASE_CANDIDATES rows holding all its words ($11),
+    // and the phrase is checked on those only.
+    let phrase = without_phrases(tsquery) != tsquery;
     let branches: Vec<String> = kinds
         .iter()
         .map(|k| {
-            format!(
-                "(SELECT '{kind}'::text COLLATE \"C\" AS kind, t.id, t.search AS doc \
-                  FROM {table} t \
-                  WHERE t.search @@ $1::tsquery AND t.id <= ${bound}{orbit_filter} \
-                  ORDER BY t.id DESC LIMIT {WINDOW})",
-                kind = k.as_str(),
-                table = k.table(),
-                bound = k.index() + 2,
-            )
+            let (kind, table, bound) = (k.as_str(), k.table(), k.index() + 2);
+            if phrase {
+                format!(
+                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, c.id, c.doc FROM ( \
+                       SELECT t.id, t.search AS doc FROM {table} t \
+                       WHERE t.search @@ $11::tsquery AND t.id <= ${bound}{orbit_filter} \
+                       ORDER BY t.id DESC LIMIT {PHRASE_CANDIDATES}) c \
+                     WHERE c.doc @@ $1::tsquery ORDER BY c.id DESC LIMIT {WINDOW})"
+                )
+            } else {
+                format!(
+                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, t.id, t.search AS doc \
+                      FROM {table} t \
+                      WHERE t.search @@ $1::tsquery AND t.id <= ${bound}{orbit_filter} \
+                      ORDER BY t.id DESC LIMIT {WINDOW})"
+                )
+            }
         })
         .collect();
     let after_filter = if after.is_some() {
@@ -201,6 +223,7 @@ pub fn ranked(
         .bind::<Text, _>(a.kind.as_str())
         .bind::<BigInt, _>(a.id)
         .bind::<BigInt, _>(limit)
+        .bind::<Text, _>(without_phrases(tsquery))
         .load(conn)?;
     Ok(rows
         .into_iter()
@@ -212,6 +235,37 @@ pub fn ranked(
             })
         })
         .collect())
+}
+
+/// `tsquery` (PostgreSQL's text form) with its phrase operators (`<->`, `<N>`)
+/// turned into `&`: a query every row matching `tsquery` matches too, that the GIN
+/// index answers exactly (a phrase needs each row read). Unchanged when it negates
+/// anything (relaxing a phrase under `!` would narrow the query).
+pub fn without_phrases(tsquery: &str) -> String {
+    if tsquery.contains('!') {
+        return tsquery.to_owned();
+    }
+    let mut out = String::with_capacity(tsquery.len());
+    let mut quoted = false;
+    let mut op = false;
+    for ch in tsquery.chars() {
+        match ch {
+            // Lexemes are quoted, a quote inside one doubled: toggling on every
+            // quote keeps the state right.
+            '\'' => {
+                quoted = !quoted;
+                out.push(ch);
+            }
+            '<' if !quoted => op = true,
+            '>' if !quoted && op => {
+                op = false;
+                out.push('&');
+            }
+            _ if op => {}
+            _ => out.push(ch),
+        }
+    }
+    out
 }
 
 /// A hit's fields, with `ts_headline` of its long field (`body`) and of its short
@@ -341,4 +395,20 @@ pub fn hits(
         .bind::<Array<BigInt>, _>(of(Kind::Problem))
         .bind::<Array<BigInt>, _>(of(Kind::Task))
         .load(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_phrases;
+
+    #[test]
+    fn phrases_relax_to_and_outside_lexemes_only() {
+        assert_eq!(without_phrases("'a' <-> 'b' & 'c'"), "'a' & 'b' & 'c'");
+        assert_eq!(without_phrases("'a' <2> 'b' | 'c'"), "'a' & 'b' | 'c'");
+        assert_eq!(without_phrases("'x<->y' <-> 'it''s'"), "'x<->y' & 'it''s'");
+        assert_eq!(
+            without_phrases("'a' & !( 'b' <-> 'c' )"),
+            "'a' & !( 'b' <-> 'c' )"
+        );
+    }
 }

@@ -671,6 +671,7 @@ async fn a_word_matching_more_than_the_window_ranks_its_newest_matches_only() {
     let c = crew(&app, "window", 0).await;
     // An old match with the word in its title, then 1,500 newer ones in bodies.
     let old = contribution(&app, &c.owner, c.orbit, "Kiwi", "kiwi kiwi").await;
+    let phrase = contribution(&app, &c.owner, c.orbit, "Tasting", "kiwi fruit, ripe").await;
     let mut conn = app.db.conn();
     diesel::sql_query(format!(
         "INSERT INTO contributions (orbit_id, kind, author_id, title, body, created_at, \
@@ -705,6 +706,22 @@ async fn a_word_matching_more_than_the_window_ranks_its_newest_matches_only() {
     assert!(seen.iter().all(|id| *id > newest - 1000), "the newest only");
     assert!(!seen.contains(&old));
     // Narrowing the query brings it back.
-    let found = hits(&search(&app, &[("q", "kiwi -seen")]).await);
+    let found = hits(&search(&app, &[("q", "kiwi -seen -fruit")]).await);
     assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), old)]);
+
+    // A phrase is looked for among the newest 2,000 rows holding all its words.
+    let found = hits(&search(&app, &[("q", "\"kiwi fruit\"")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), phrase)]);
+    diesel::sql_query(format!(
+        "INSERT INTO contributions (orbit_id, kind, author_id, title, body, created_at, \
+                                    updated_at) \
+         SELECT {}, 'NOTE', {}, 'bulk ' || g, 'kiwi, meanwhile fruit', now(), now() \
+         FROM generate_series(1, 2000) g",
+        c.orbit, c.owner.id
+    ))
+    .execute(&mut conn)
+    .expect("bulk insert");
+    assert!(hits(&search(&app, &[("q", "\"kiwi fruit\"")]).await).is_empty());
+    let found = hits(&search(&app, &[("q", "\"kiwi fruit\" -meanwhile")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), phrase)]);
 }
