@@ -1,5 +1,5 @@
 -- Seeds the `search` scenario's data set into a migrated, otherwise empty database
--- (bench/search.rs runs the same shape through the API's own tables):
+-- (the data set of bench/search.rs):
 -- 100 orbits, 1,000,000 contributions, 100,000 memory records, 1,000 problems and
 -- 1,000 tasks. Words: `w0`..`w4999`, skewed (w0 is the most frequent), eight per
 -- body; `tenpercent` in every tenth contribution (100,000 rows); `rare<k>` in ten
@@ -8,17 +8,20 @@
 -- into them.
 --
 --   psql "$URL" -v ON_ERROR_STOP=1 -f bench/search_seed.sql
+--
+-- bench/search.rs runs it through diesel (lines starting with a backslash are
+-- psql's own and skipped there).
 \timing on
 SELECT setseed(0.42);
 DROP INDEX IF EXISTS contributions_search_idx, memory_records_search_idx;
 
 INSERT INTO contributors (type, name) VALUES ('AGENT', 'search-bench');
 INSERT INTO orbits (slug, name, join_policy, created_by)
-SELECT 'bench-' || o, 'Bench orbit ' || o, 'OPEN', (SELECT max(id) FROM contributors)
+SELECT 'search-' || o, 'Search bench orbit ' || o, 'OPEN', (SELECT max(id) FROM contributors)
 FROM generate_series(1, 100) o;
 
 CREATE TEMP TABLE seed_orbits AS
-SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM orbits WHERE slug LIKE 'bench-%';
+SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM orbits WHERE slug LIKE 'search-%';
 -- Rows are inserted in `g` order (ids follow it) and spread over the orbits
 -- independently of the words.
 
@@ -56,4 +59,5 @@ CREATE INDEX contributions_search_idx ON contributions USING gin (search)
     WITH (fastupdate = off);
 CREATE INDEX memory_records_search_idx ON memory_records USING gin (search)
     WITH (fastupdate = off);
+-- after the load (VACUUM cannot share a multi-statement string with the rest)
 VACUUM ANALYZE contributions, memory_records, problems, tasks, orbits;
