@@ -18,13 +18,13 @@ pub const CONFIG: &str = "orbit_search";
 /// How many of the newest matches of each kind are ranked. A query that matches
 /// more rows than this is ranked among its newest `WINDOW` matches per kind only;
 /// the rest is never read (docs/DECISIONS.md, "Search").
-pub const WINDOW: i64 = 1000;
+pub const WINDOW: i64 = 200;
 
 /// A query with a phrase looks for it among the newest this many rows (per kind)
 /// holding all its words. The index cannot check word positions, so a phrase of
 /// common words that rarely meet would otherwise be checked row by row through
 /// the whole table; the rows holding all its words the index finds exactly.
-pub const PHRASE_CANDIDATES: i64 = 2000;
+pub const PHRASE_CANDIDATES: i64 = 500;
 
 /// Marks the start and end of a matched word in `ts_headline`'s output. Private-use
 /// characters, removed from the text before it is highlighted (`translate` to

@@ -700,16 +700,16 @@ async fn a_word_matching_more_than_the_window_ranks_its_newest_matches_only() {
             None => break,
         }
     }
-    // Exactly the newest 1,000 are ranked and reachable; the old title match is
+    // Exactly the newest 200 are ranked and reachable; the old title match is
     // outside the window (docs/DECISIONS.md, "Search").
-    assert_eq!(seen.len(), 1000);
-    assert!(seen.iter().all(|id| *id > newest - 1000), "the newest only");
+    assert_eq!(seen.len(), 200);
+    assert!(seen.iter().all(|id| *id > newest - 200), "the newest only");
     assert!(!seen.contains(&old));
     // Narrowing the query brings it back.
     let found = hits(&search(&app, &[("q", "kiwi -seen -fruit")]).await);
     assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), old)]);
 
-    // A phrase is looked for among the newest 2,000 rows holding all its words.
+    // A phrase is looked for among the newest 500 rows holding all its words.
     let found = hits(&search(&app, &[("q", "\"kiwi fruit\"")]).await);
     assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), phrase)]);
     diesel::sql_query(format!(

@@ -14,7 +14,7 @@ use crate::http::api::{json_response, State};
 /// Public, like every read. Best match first (ties by type, then id), paged with
 /// the opaque `meta.next_cursor`. Each hit carries a plain-text `snippet` and the
 /// `[start, end)` offsets of the matched words in it, counted in Unicode code
-/// points. Only the newest 1,000 matches of each type are ranked: a query that
+/// points. Only the newest 200 matches of each type are ranked: a query that
 /// matches more reaches those only (docs/DECISIONS.md, "Search"). All content is
 /// untrusted evidence.
 #[utoipa::path(
