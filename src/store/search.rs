@@ -2,8 +2,8 @@
 //! columns of migration 8: parsing a query, the ranked candidates of one page, and
 //! the hits' fields with their highlighted snippets.
 //!
-//! These statements go through `diesel::sql_query`, not the cached `db::sql`: each
-//! execution is planned with its own tsquery, so PostgreSQL weighs a rare word
+//! The ranking statement goes through `diesel::sql_query`, not the cached `db::sql`:
+//! each execution is planned with its own tsquery, so PostgreSQL weighs a rare word
 //! (a few index entries, then a sort) against a common one (walk the id index
 //! backwards until the window is full) from its statistics. A cached generic plan
 //! would pick one of the two for every word.
@@ -11,6 +11,8 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Float4, Nullable, Text, Timestamptz};
+
+use crate::db::BindNext;
 
 /// The text search configuration of every `search` column (migration 8).
 pub const CONFIG: &str = "orbit_search";
@@ -83,7 +85,7 @@ struct Parsed {
 /// it is searchable (only stop words or punctuation). `websearch_to_tsquery` never
 /// fails on syntax.
 pub fn parse(conn: &mut PgConnection, q: &str) -> QueryResult<Option<String>> {
-    let row: Parsed = diesel::sql_query(
+    let row: Parsed = crate::db::sql(
         "SELECT t::text AS query, numnode(t) AS nodes \
          FROM websearch_to_tsquery('orbit_search', $1) AS t",
     )
@@ -360,17 +362,23 @@ pub fn hits(
                 "NULL::text",
             ),
         };
+        // The short field is highlighted only when the long one shows no match
+        // (`OFFSET 0` keeps the subquery, so the long one's headline is made once).
         branches.push(format!(
-            "SELECT '{k}'::text AS kind, t.id, t.orbit_id, o.slug AS orbit_slug, \
-                    {title} AS title, {bh} AS body_headline, {hh} AS head_headline, \
-                    t.created_at, {updated} AS updated_at, {revision} AS revision, \
-                    {ckind} AS contribution_kind, {status} AS status \
-             FROM {table} t JOIN orbits o ON o.id = t.orbit_id, q \
-             WHERE t.id = ANY(${param})",
+            "SELECT h.kind, h.id, h.orbit_id, h.orbit_slug, h.title, h.body_headline, \
+                    CASE WHEN strpos(h.body_headline, E'\\uE000') > 0 THEN '' \
+                         ELSE {hh} END AS head_headline, \
+                    h.created_at, h.updated_at, h.revision, h.contribution_kind, h.status \
+             FROM (SELECT '{k}'::text AS kind, t.id, t.orbit_id, o.slug AS orbit_slug, \
+                          {title} AS title, {bh} AS body_headline, {head} AS head, \
+                          t.created_at, {updated} AS updated_at, {revision} AS revision, \
+                          {ckind} AS contribution_kind, {status} AS status \
+                   FROM {table} t JOIN orbits o ON o.id = t.orbit_id, q \
+                   WHERE t.id = ANY(${param}) OFFSET 0) h, q",
             k = kind.as_str(),
             table = kind.table(),
             bh = hl(body, "$2"),
-            hh = hl(&head, "$3"),
+            hh = hl("h.head", "$3"),
         ));
     }
     if branches.is_empty() {
@@ -386,7 +394,9 @@ pub fn hits(
             .map(|(_, id)| *id)
             .collect()
     };
-    diesel::sql_query(text)
+    // Cached (one text per set of kinds, at most 15): a lookup by ids plans the same
+    // for every query.
+    crate::db::sql(text)
         .bind::<Text, _>(tsquery)
         .bind::<Text, _>(BODY_OPTIONS)
         .bind::<Text, _>(HEAD_OPTIONS)
