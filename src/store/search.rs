@@ -241,31 +241,90 @@ pub fn ranked(
 
 /// `tsquery` (PostgreSQL's text form) with its phrase operators (`<->`, `<N>`)
 /// turned into `&`: a query every row matching `tsquery` matches too, that the GIN
-/// index answers exactly (a phrase needs each row read). Unchanged when it negates
-/// anything (relaxing a phrase under `!` would narrow the query).
+/// index answers exactly (a phrase needs each row read). A phrase under a negation
+/// (`!( 'b' <-> 'c' )`) is kept, since relaxing it would narrow the query; a query
+/// where a phrase operator follows a negated word (`!'a' <-> 'b'`, which web-search
+/// syntax does not produce) is returned unchanged. A word repeated in a plain
+/// conjunction is kept once.
 pub fn without_phrases(tsquery: &str) -> String {
-    if tsquery.contains('!') {
-        return tsquery.to_owned();
-    }
     let mut out = String::with_capacity(tsquery.len());
     let mut quoted = false;
-    let mut op = false;
-    for ch in tsquery.chars() {
+    // Per open parenthesis: whether it is negated, itself or by an outer one.
+    let mut groups: Vec<bool> = Vec::new();
+    let mut pending_not = false;
+    let mut negated_word = false;
+    let mut chars = tsquery.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if quoted {
+            out.push(ch);
+            if ch == '\'' {
+                // A doubled quote stays inside the lexeme.
+                if chars.peek() == Some(&'\'') {
+                    out.push('\'');
+                    chars.next();
+                } else {
+                    quoted = false;
+                }
+            }
+            continue;
+        }
         match ch {
-            // Lexemes are quoted, a quote inside one doubled: toggling on every
-            // quote keeps the state right.
             '\'' => {
-                quoted = !quoted;
+                quoted = true;
+                negated_word = pending_not;
+                pending_not = false;
                 out.push(ch);
             }
-            '<' if !quoted => op = true,
-            '>' if !quoted && op => {
-                op = false;
-                out.push('&');
+            '!' => {
+                pending_not = true;
+                out.push(ch);
             }
-            _ if op => {}
+            '(' => {
+                let outer = groups.last().copied().unwrap_or(false);
+                groups.push(pending_not || outer);
+                pending_not = false;
+                negated_word = false;
+                out.push(ch);
+            }
+            ')' => {
+                groups.pop();
+                negated_word = false;
+                out.push(ch);
+            }
+            '<' => {
+                let mut op = String::from('<');
+                for c in chars.by_ref() {
+                    op.push(c);
+                    if c == '>' {
+                        break;
+                    }
+                }
+                if negated_word {
+                    return tsquery.to_owned();
+                }
+                if groups.last().copied().unwrap_or(false) {
+                    out.push_str(&op);
+                } else {
+                    out.push('&');
+                }
+            }
+            '&' | '|' => {
+                negated_word = false;
+                out.push(ch);
+            }
             _ => out.push(ch),
         }
+    }
+    // A plain conjunction names each word once: PostgreSQL estimates `'w' & 'w'`
+    // as two independent words and would plan for far fewer rows than match.
+    if !out.contains(['(', '|']) {
+        let mut seen: Vec<&str> = Vec::new();
+        for term in out.split(" & ") {
+            if !seen.contains(&term) {
+                seen.push(term);
+            }
+        }
+        return seen.join(" & ");
     }
     out
 }
@@ -420,5 +479,14 @@ mod tests {
             without_phrases("'a' & !( 'b' <-> 'c' )"),
             "'a' & !( 'b' <-> 'c' )"
         );
+        assert_eq!(without_phrases("'b' <-> 'c' & !'d'"), "'b' & 'c' & !'d'");
+        assert_eq!(
+            without_phrases("( 'a' <-> 'b' | 'c' ) & !( 'd' <-> ( 'e' <-> 'f' ) )"),
+            "( 'a' & 'b' | 'c' ) & !( 'd' <-> ( 'e' <-> 'f' ) )"
+        );
+        assert_eq!(without_phrases("!'a' <-> 'b'"), "!'a' <-> 'b'");
+        assert_eq!(without_phrases("!'a' & 'b' <-> 'c'"), "!'a' & 'b' & 'c'");
+        assert_eq!(without_phrases("'w' <-> 'w' <-> 'w' & !'x'"), "'w' & !'x'");
+        assert_eq!(without_phrases("'a & b' <-> 'a & b'"), "'a & b'");
     }
 }
