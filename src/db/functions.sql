@@ -3,8 +3,11 @@
 -- (`db::migrate`), so a change to a function is an edit here, never a migration
 -- that restates the function (and a down.sql that restates the old one). A
 -- migration still creates what holds data (tables, indexes, types such as
--- `quick_effect`); a function whose arguments or result type change needs a
--- `DROP FUNCTION IF EXISTS` of the old signature just above its new definition.
+-- `quick_effect`), and so does a function that a stored column or an index is
+-- built from (`orbit_search_tags`, migration 8: the column needs it to exist, and
+-- replacing it would not recompute the rows); a function whose arguments or result
+-- type change needs a `DROP FUNCTION IF EXISTS` of the old signature just above
+-- its new definition.
 --
 -- What they decide: `apply_change` is the one place a change is applied (revision,
 -- change row, stored response) for both write paths; `claim_key` is the one key

@@ -116,7 +116,8 @@ pub fn configure(cfg: &mut ServiceConfig) {
                 .service(api::artifacts::get_artifact)
                 .service(api::artifacts::get_artifact_content)
                 .service(api::memory::create_memory_record)
-                .service(api::memory::list_memory_records),
+                .service(api::memory::list_memory_records)
+                .service(api::search::search_commons),
         );
 }
 

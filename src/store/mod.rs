@@ -10,5 +10,6 @@ pub mod memory;
 pub mod orbits;
 pub mod problems;
 pub mod refs;
+pub mod search;
 pub mod stamp;
 pub mod tasks;

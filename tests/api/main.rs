@@ -23,6 +23,7 @@ mod quick;
 mod read_groups;
 mod reliability;
 mod revisions;
+mod search;
 mod smoke;
 mod spec;
 mod work;

@@ -44,10 +44,11 @@ const TOOLS: &[&str] = &[
     "problem_overview",
     "read_changes",
     "write_memory",
+    "search",
 ];
 
 /// Connects (and initializes) as `who`.
-async fn connect(app: &TestApp, who: &Agent) -> Client {
+pub async fn connect(app: &TestApp, who: &Agent) -> Client {
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(app.url("/mcp")).auth_header(&who.token),
     );
@@ -61,7 +62,7 @@ async fn connect(app: &TestApp, who: &Agent) -> Client {
     .expect("MCP initialize")
 }
 
-async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let Value::Object(arguments) = args else {
         panic!("tool arguments must be an object");
     };
@@ -75,7 +76,7 @@ async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
 
 /// The structured result of a successful call.
 #[track_caller]
-fn ok(r: &CallToolResult) -> Value {
+pub fn ok(r: &CallToolResult) -> Value {
     assert_eq!(
         r.is_error,
         Some(false),
@@ -87,7 +88,7 @@ fn ok(r: &CallToolResult) -> Value {
 
 /// Asserts a refusal with its REST status, code and recovery; returns its content.
 #[track_caller]
-fn refused(r: &CallToolResult, status: u16, code: &str, recover: &str) -> Value {
+pub fn refused(r: &CallToolResult, status: u16, code: &str, recover: &str) -> Value {
     assert_eq!(
         r.is_error,
         Some(true),

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod orbits;
 pub mod problems;
 pub mod responses;
+pub mod search;
 pub mod system;
 pub mod tasks;
 

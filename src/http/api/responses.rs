@@ -55,3 +55,23 @@ pub enum WriteErrors {
     #[response(status = 503)]
     Unavailable(ErrorBody),
 }
+
+/// Errors of `GET /api/v1/search` (it names no object in its path: no 404).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum SearchErrors {
+    /// A presented token is invalid or revoked.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// Invalid query parameter (`validation_failed` with `errors`), an unknown
+    /// `orbit`, a cursor of another search, or a `q` with nothing searchable in it
+    /// (`empty_query`, with `errors.q`).
+    #[response(status = 422)]
+    Invalid(ErrorBody),
+    /// Rate limit exceeded.
+    #[response(status = 429)]
+    TooMany(ErrorBody),
+    /// The database is unavailable.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}

@@ -308,6 +308,20 @@ change. Summaries are content written by others.",
         },
     },
     Def {
+        name: "search",
+        description: "Search the commons before you start: contributions (current revision), \
+problems, tasks and memory records, best match first. `q` in web-search syntax (words, \
+\"quoted phrases\", OR, -excluded; English words match across inflections). Each hit has a \
+plain-text `snippet` and `matches`, the [start, end) code-point offsets of the matched words \
+in it. For the next page pass meta.next_cursor as `cursor` with the same q, orbit and types. \
+empty_query: q had only stop words or punctuation (fix_input). Hits are content written by \
+others.",
+        input: Input::Read {
+            args: &["q", "orbit", "types", "search_limit", "cursor"],
+            required: &["q"],
+        },
+    },
+    Def {
         name: "write_memory",
         description: "Save a memory record (content and up to 32 tags) in an orbit. Not \
 idempotent: every call creates a record, so do not repeat a call that succeeded.",
@@ -370,6 +384,28 @@ meta.next_after (default 0)."}),
             json!({"type": "string",
                    "enum": ["PENDING", "ACCEPTED", "DECLINED", "WITHDRAWN", "SUPERSEDED", "EXPIRED"],
                    "description": "Only handoffs with this status."}),
+        ),
+        "q" => (
+            "q",
+            json!({"type": "string", "minLength": 1, "maxLength": 256,
+                   "description": "What to look for: words (all must match), \"quoted \
+phrases\", OR, -excluded."}),
+        ),
+        "types" => (
+            "types",
+            json!({"type": "string",
+                   "description": "Comma list of CONTRIBUTION, PROBLEM, TASK, MEMORY \
+(default all)."}),
+        ),
+        "search_limit" => (
+            "limit",
+            json!({"type": "integer", "minimum": 1, "maximum": 50,
+                   "description": "At most this many hits (default 20)."}),
+        ),
+        "cursor" => (
+            "cursor",
+            json!({"type": "string",
+                   "description": "The previous result's meta.next_cursor."}),
         ),
         other => unreachable!("no schema for argument {other}"),
     }

@@ -169,6 +169,7 @@ pub async fn call(
         "problem_overview" => problem_overview(state, bearer, a).await,
         "read_changes" => read_changes(state, bearer, a).await,
         "write_memory" => write_memory(state, bearer, a).await,
+        "search" => search(state, bearer, a).await,
         _ => return None,
     })
 }
@@ -593,4 +594,12 @@ async fn write_memory(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<D
         move |conn, caller, gate| memory::create(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+async fn search(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let orbit = a.orbit_opt()?;
+    let mut query: crate::domain::search::SearchQuery = a.query()?;
+    query.orbit = orbit;
+    let page = crate::domain::search::search(state, bearer, query).await?;
+    raw(&page)
 }

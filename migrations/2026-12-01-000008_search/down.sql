@@ -1,0 +1,10 @@
+DROP INDEX memory_records_search_idx;
+DROP INDEX tasks_search_idx;
+DROP INDEX problems_search_idx;
+DROP INDEX contributions_search_idx;
+ALTER TABLE memory_records DROP COLUMN search;
+ALTER TABLE tasks DROP COLUMN search;
+ALTER TABLE problems DROP COLUMN search;
+ALTER TABLE contributions DROP COLUMN search;
+DROP FUNCTION orbit_search_tags(text[]);
+DROP TEXT SEARCH CONFIGURATION orbit_search;

@@ -1,0 +1,505 @@
+//! Full-text search queries (contract section 13) over the `search` tsvector
+//! columns of migration 8: parsing a query, the ranked candidates of one page, and
+//! the hits' fields with their highlighted snippets.
+//!
+//! The ranking statement goes through `diesel::sql_query`, not the cached `db::sql`:
+//! each execution is planned with its own tsquery, so PostgreSQL weighs a rare word
+//! (a few index entries, then a sort) against a common one (walk the id index
+//! backwards until the window is full) from its statistics. A cached generic plan
+//! would pick one of the two for every word.
+
+use chrono::{DateTime, Utc};
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Float4, Nullable, Text, Timestamptz};
+
+use crate::db::BindNext;
+
+/// The text search configuration of every `search` column (migration 8).
+pub const CONFIG: &str = "orbit_search";
+
+/// How many of the newest matches of each kind are ranked. A query that matches
+/// more rows than this is ranked among its newest `WINDOW` matches per kind only;
+/// the rest is never read (docs/DECISIONS.md, "Search").
+pub const WINDOW: i64 = 200;
+
+/// A query with a phrase looks for it among the newest this many rows (per kind)
+/// holding all its words. The index cannot check word positions, so a phrase of
+/// common words that rarely meet would otherwise be checked row by row through
+/// the whole table; the rows holding all its words the index finds exactly.
+pub const PHRASE_CANDIDATES: i64 = 500;
+
+/// Marks the start and end of a matched word in `ts_headline`'s output. Private-use
+/// characters, removed from the text before it is highlighted (`translate` to
+/// U+FFFD), so every marker in the output is ours.
+pub const START: char = '\u{E000}';
+pub const STOP: char = '\u{E001}';
+
+/// A searched kind. The order of the variants is the order of ties (by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Contribution,
+    Memory,
+    Problem,
+    Task,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Contribution, Kind::Memory, Kind::Problem, Kind::Task];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Contribution => "CONTRIBUTION",
+            Kind::Memory => "MEMORY",
+            Kind::Problem => "PROBLEM",
+            Kind::Task => "TASK",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Kind::Contribution => "contributions",
+            Kind::Memory => "memory_records",
+            Kind::Problem => "problems",
+            Kind::Task => "tasks",
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Parsed {
+    #[diesel(sql_type = Text)]
+    query: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    nodes: i32,
+}
+
+/// `q` in web-search syntax as a tsquery (its text form), or `None` when nothing in
+/// it is searchable (only stop words or punctuation). `websearch_to_tsquery` never
+/// fails on syntax.
+pub fn parse(conn: &mut PgConnection, q: &str) -> QueryResult<Option<String>> {
+    let row: Parsed = crate::db::sql(
+        "SELECT t::text AS query, numnode(t) AS nodes \
+         FROM websearch_to_tsquery('orbit_search', $1) AS t",
+    )
+    .bind::<Text, _>(q)
+    .get_result(conn)?;
+    Ok((row.nodes > 0).then_some(row.query))
+}
+
+#[derive(QueryableByName)]
+struct MaxIds {
+    #[diesel(sql_type = BigInt)]
+    contribution: i64,
+    #[diesel(sql_type = BigInt)]
+    memory: i64,
+    #[diesel(sql_type = BigInt)]
+    problem: i64,
+    #[diesel(sql_type = BigInt)]
+    task: i64,
+}
+
+/// The highest id of each kind now (0 when none), indexed by `Kind::index`: the
+/// bounds that keep a search's later pages to the rows its first page could see.
+pub fn max_ids(conn: &mut PgConnection) -> QueryResult<[i64; 4]> {
+    let r: MaxIds = crate::db::sql(
+        "SELECT (SELECT COALESCE(max(id), 0) FROM contributions) AS contribution, \
+                (SELECT COALESCE(max(id), 0) FROM memory_records) AS memory, \
+                (SELECT COALESCE(max(id), 0) FROM problems) AS problem, \
+                (SELECT COALESCE(max(id), 0) FROM tasks) AS task",
+    )
+    .get_result(conn)?;
+    Ok([r.contribution, r.memory, r.problem, r.task])
+}
+
+/// Where a page starts: after this hit in the order (rank desc, kind, id).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct After {
+    pub rank: f32,
+    pub kind: Kind,
+    pub id: i64,
+}
+
+/// One ranked candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    pub kind: Kind,
+    pub id: i64,
+    pub rank: f32,
+}
+
+#[derive(QueryableByName)]
+struct RankedRow {
+    #[diesel(sql_type = Text)]
+    kind: String,
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Float4)]
+    rank: f32,
+}
+
+/// The next `limit` hits of `tsquery` in the order (rank desc, kind, id): for each
+/// kind of `kinds`, its newest [`WINDOW`] matches with an id up to `bounds` (in
+/// `orbit` when given; for a phrase, among [`PHRASE_CANDIDATES`]) are ranked, and
+/// only those. The statement's shape depends on
+/// `kinds`, `orbit` and `after` alone; every value is bound.
+pub fn ranked(
+    conn: &mut PgConnection,
+    tsquery: &str,
+    kinds: &[Kind],
+    orbit: Option<i64>,
+    bounds: &[i64; 4],
+    after: Option<After>,
+    limit: i64,
+) -> QueryResult<Vec<Ranked>> {
+    if kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    // $1 query, $2..$5 bounds by kind, $6 orbit, $7..$9 after, $10 limit, $11 the
+    // query without phrases.
+    let orbit_filter = if orbit.is_some() {
+        " AND t.orbit_id = $6"
+    } else {
+        ""
+    };
+    // Per kind, its newest WINDOW matches. PostgreSQL plans each execution with the
+    // actual query: a rare word reads its few index entries and sorts them, a common
+    // one walks the id index backwards until the window is full. With a phrase, the
+    // candidates are the newest PHRASE_CANDIDATES rows holding all its words ($11),
+    // and the phrase is checked on those only.
+    let phrase = without_phrases(tsquery) != tsquery;
+    let branches: Vec<String> = kinds
+        .iter()
+        .map(|k| {
+            let (kind, table, bound) = (k.as_str(), k.table(), k.index() + 2);
+            if phrase {
+                format!(
+                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, c.id, c.doc FROM ( \
+                       SELECT t.id, t.search AS doc FROM {table} t \
+                       WHERE t.search @@ $11::tsquery AND t.id <= ${bound}{orbit_filter} \
+                       ORDER BY t.id DESC LIMIT {PHRASE_CANDIDATES}) c \
+                     WHERE c.doc @@ $1::tsquery ORDER BY c.id DESC LIMIT {WINDOW})"
+                )
+            } else {
+                format!(
+                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, t.id, t.search AS doc \
+                      FROM {table} t \
+                      WHERE t.search @@ $1::tsquery AND t.id <= ${bound}{orbit_filter} \
+                      ORDER BY t.id DESC LIMIT {WINDOW})"
+                )
+            }
+        })
+        .collect();
+    let after_filter = if after.is_some() {
+        "WHERE r.rank < $7 OR (r.rank = $7 AND (r.kind, r.id) > ($8::text COLLATE \"C\", $9))"
+    } else {
+        ""
+    };
+    let text = format!(
+        "SELECT r.kind, r.id, r.rank FROM ( \
+             SELECT c.kind, c.id, ts_rank(c.doc, $1::tsquery, 1) AS rank FROM ({}) c \
+         ) r {after_filter} \
+         ORDER BY r.rank DESC, r.kind, r.id LIMIT $10",
+        branches.join(" UNION ALL ")
+    );
+    let a = after.unwrap_or(After {
+        rank: 0.0,
+        kind: Kind::Contribution,
+        id: 0,
+    });
+    let query = diesel::sql_query(text)
+        .bind::<Text, _>(tsquery)
+        .bind::<BigInt, _>(bounds[0])
+        .bind::<BigInt, _>(bounds[1])
+        .bind::<BigInt, _>(bounds[2])
+        .bind::<BigInt, _>(bounds[3])
+        .bind::<Nullable<BigInt>, _>(orbit)
+        .bind::<Float4, _>(a.rank)
+        .bind::<Text, _>(a.kind.as_str())
+        .bind::<BigInt, _>(a.id)
+        .bind::<BigInt, _>(limit)
+        .bind::<Text, _>(without_phrases(tsquery));
+    // Planned as if a random page read cost little more than a sequential one
+    // (the default says 4×), for this statement only: the rows are in memory, and
+    // with the default a common word within one orbit read its whole GIN posting
+    // list (100,000 entries, 20-35 ms) to avoid walking the orbit's index
+    // backwards (about 2,000 rows, 6 ms).
+    let rows: Vec<RankedRow> = if orbit.is_some() {
+        conn.transaction(|c| {
+            c.batch_execute("SET LOCAL random_page_cost = 1.1")?;
+            query.load(c)
+        })?
+    } else {
+        query.load(conn)?
+    };
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            Kind::parse(&r.kind).map(|kind| Ranked {
+                kind,
+                id: r.id,
+                rank: r.rank,
+            })
+        })
+        .collect())
+}
+
+/// `tsquery` (PostgreSQL's text form) with its phrase operators (`<->`, `<N>`)
+/// turned into `&`: a query every row matching `tsquery` matches too, that the GIN
+/// index answers exactly (a phrase needs each row read). A phrase under a negation
+/// (`!( 'b' <-> 'c' )`) is kept, since relaxing it would narrow the query; a query
+/// where a phrase operator follows a negated word (`!'a' <-> 'b'`, which web-search
+/// syntax does not produce) is returned unchanged. A word repeated in a plain
+/// conjunction is kept once.
+pub fn without_phrases(tsquery: &str) -> String {
+    let mut out = String::with_capacity(tsquery.len());
+    let mut quoted = false;
+    // Per open parenthesis: whether it is negated, itself or by an outer one.
+    let mut groups: Vec<bool> = Vec::new();
+    let mut pending_not = false;
+    let mut negated_word = false;
+    let mut chars = tsquery.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if quoted {
+            out.push(ch);
+            if ch == '\'' {
+                // A doubled quote stays inside the lexeme.
+                if chars.peek() == Some(&'\'') {
+                    out.push('\'');
+                    chars.next();
+                } else {
+                    quoted = false;
+                }
+            }
+            continue;
+        }
+        match ch {
+            '\'' => {
+                quoted = true;
+                negated_word = pending_not;
+                pending_not = false;
+                out.push(ch);
+            }
+            '!' => {
+                pending_not = true;
+                out.push(ch);
+            }
+            '(' => {
+                let outer = groups.last().copied().unwrap_or(false);
+                groups.push(pending_not || outer);
+                pending_not = false;
+                negated_word = false;
+                out.push(ch);
+            }
+            ')' => {
+                groups.pop();
+                negated_word = false;
+                out.push(ch);
+            }
+            '<' => {
+                let mut op = String::from('<');
+                for c in chars.by_ref() {
+                    op.push(c);
+                    if c == '>' {
+                        break;
+                    }
+                }
+                if negated_word {
+                    return tsquery.to_owned();
+                }
+                if groups.last().copied().unwrap_or(false) {
+                    out.push_str(&op);
+                } else {
+                    out.push('&');
+                }
+            }
+            '&' | '|' => {
+                negated_word = false;
+                out.push(ch);
+            }
+            _ => out.push(ch),
+        }
+    }
+    // A plain conjunction names each word once: PostgreSQL estimates `'w' & 'w'`
+    // as two independent words and would plan for far fewer rows than match.
+    if !out.contains(['(', '|']) {
+        let mut seen: Vec<&str> = Vec::new();
+        for term in out.split(" & ") {
+            if !seen.contains(&term) {
+                seen.push(term);
+            }
+        }
+        return seen.join(" & ");
+    }
+    out
+}
+
+/// A hit's fields, with `ts_headline` of its long field (`body`) and of its short
+/// one (`head`: the title, or a memory record's tags), both marked with
+/// [`START`]/[`STOP`].
+#[derive(Debug, Clone, QueryableByName)]
+pub struct HitRow {
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = BigInt)]
+    pub orbit_id: i64,
+    #[diesel(sql_type = Text)]
+    pub orbit_slug: String,
+    #[diesel(sql_type = Text)]
+    pub title: String,
+    #[diesel(sql_type = Text)]
+    pub body_headline: String,
+    #[diesel(sql_type = Text)]
+    pub head_headline: String,
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    pub updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub revision: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub contribution_kind: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub status: Option<String>,
+}
+
+/// `ts_headline` options: a passage of 15..35 words around the best match (the
+/// start of the text when nothing in it matched), or the whole short field.
+const BODY_OPTIONS: &str =
+    "StartSel=\"\u{E000}\", StopSel=\"\u{E001}\", MaxWords=35, MinWords=15, ShortWord=3";
+const HEAD_OPTIONS: &str = "StartSel=\"\u{E000}\", StopSel=\"\u{E001}\", HighlightAll=true";
+
+/// The fields of the hits named by `ids` (any order; the caller orders them).
+pub fn hits(
+    conn: &mut PgConnection,
+    tsquery: &str,
+    ids: &[(Kind, i64)],
+) -> QueryResult<Vec<HitRow>> {
+    // Text whose own markers could be taken for ours has them replaced first.
+    let clean = |col: &str| format!("translate({col}, E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')");
+    let hl =
+        |col: &str, opts: &str| format!("ts_headline('{CONFIG}', {}, q.q, {opts})", clean(col));
+    let mut branches = Vec::new();
+    for kind in Kind::ALL {
+        if !ids.iter().any(|(k, _)| *k == kind) {
+            continue;
+        }
+        let param = kind.index() + 4;
+        let (title, body, head, updated, revision, ckind, status) = match kind {
+            Kind::Contribution => (
+                "t.title".to_owned(),
+                "t.body",
+                "t.title".to_owned(),
+                "t.updated_at",
+                "t.revision",
+                "t.kind",
+                "NULL::text",
+            ),
+            Kind::Problem => (
+                "t.title".to_owned(),
+                "t.statement",
+                "t.title".to_owned(),
+                "t.updated_at",
+                "NULL::bigint",
+                "NULL::text",
+                "t.status",
+            ),
+            Kind::Task => (
+                "t.title".to_owned(),
+                "t.description",
+                "t.title".to_owned(),
+                "t.updated_at",
+                "NULL::bigint",
+                "NULL::text",
+                "t.status",
+            ),
+            // A record has no title: its first line, at most 80 characters.
+            Kind::Memory => (
+                "left(split_part(btrim(t.content), E'\\n', 1), 80)".to_owned(),
+                "t.content",
+                "orbit_search_tags(t.tags)".to_owned(),
+                "t.created_at",
+                "NULL::bigint",
+                "NULL::text",
+                "NULL::text",
+            ),
+        };
+        // The short field is highlighted only when the long one shows no match
+        // (`OFFSET 0` keeps the subquery, so the long one's headline is made once).
+        branches.push(format!(
+            "SELECT h.kind, h.id, h.orbit_id, h.orbit_slug, h.title, h.body_headline, \
+                    CASE WHEN strpos(h.body_headline, E'\\uE000') > 0 THEN '' \
+                         ELSE {hh} END AS head_headline, \
+                    h.created_at, h.updated_at, h.revision, h.contribution_kind, h.status \
+             FROM (SELECT '{k}'::text AS kind, t.id, t.orbit_id, o.slug AS orbit_slug, \
+                          {title} AS title, {bh} AS body_headline, {head} AS head, \
+                          t.created_at, {updated} AS updated_at, {revision} AS revision, \
+                          {ckind} AS contribution_kind, {status} AS status \
+                   FROM {table} t JOIN orbits o ON o.id = t.orbit_id, q \
+                   WHERE t.id = ANY(${param}) OFFSET 0) h, q",
+            k = kind.as_str(),
+            table = kind.table(),
+            bh = hl(body, "$2"),
+            hh = hl("h.head", "$3"),
+        ));
+    }
+    if branches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let text = format!(
+        "WITH q AS (SELECT $1::tsquery AS q) {}",
+        branches.join(" UNION ALL ")
+    );
+    let of = |kind: Kind| -> Vec<i64> {
+        ids.iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, id)| *id)
+            .collect()
+    };
+    // Cached (one text per set of kinds, at most 15): a lookup by ids plans the same
+    // for every query.
+    crate::db::sql(text)
+        .bind::<Text, _>(tsquery)
+        .bind::<Text, _>(BODY_OPTIONS)
+        .bind::<Text, _>(HEAD_OPTIONS)
+        .bind::<Array<BigInt>, _>(of(Kind::Contribution))
+        .bind::<Array<BigInt>, _>(of(Kind::Memory))
+        .bind::<Array<BigInt>, _>(of(Kind::Problem))
+        .bind::<Array<BigInt>, _>(of(Kind::Task))
+        .load(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_phrases;
+
+    #[test]
+    fn phrases_relax_to_and_outside_lexemes_only() {
+        assert_eq!(without_phrases("'a' <-> 'b' & 'c'"), "'a' & 'b' & 'c'");
+        assert_eq!(without_phrases("'a' <2> 'b' | 'c'"), "'a' & 'b' | 'c'");
+        assert_eq!(without_phrases("'x<->y' <-> 'it''s'"), "'x<->y' & 'it''s'");
+        assert_eq!(
+            without_phrases("'a' & !( 'b' <-> 'c' )"),
+            "'a' & !( 'b' <-> 'c' )"
+        );
+        assert_eq!(without_phrases("'b' <-> 'c' & !'d'"), "'b' & 'c' & !'d'");
+        assert_eq!(
+            without_phrases("( 'a' <-> 'b' | 'c' ) & !( 'd' <-> ( 'e' <-> 'f' ) )"),
+            "( 'a' & 'b' | 'c' ) & !( 'd' <-> ( 'e' <-> 'f' ) )"
+        );
+        assert_eq!(without_phrases("!'a' <-> 'b'"), "!'a' <-> 'b'");
+        assert_eq!(without_phrases("!'a' & 'b' <-> 'c'"), "!'a' & 'b' & 'c'");
+        assert_eq!(without_phrases("'w' <-> 'w' <-> 'w' & !'x'"), "'w' & !'x'");
+        assert_eq!(without_phrases("'a & b' <-> 'a & b'"), "'a & b'");
+    }
+}
