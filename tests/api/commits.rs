@@ -160,3 +160,112 @@ async fn without_quick_writes_the_lease_cycle_runs_in_write_groups() {
     );
     assert_eq!(groups - groups0, 3);
 }
+
+/// A later write of a group that would wait for a lock held elsewhere gives up at
+/// once, is rolled back to its savepoint (its statement failed inside the group's
+/// transaction), and runs alone after the group's commit, where it waits as the
+/// ordinary path does; the rest of the group commits without it.
+#[actix_web::test]
+async fn a_later_write_that_meets_a_held_lock_runs_alone_after_the_group() {
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_writes = false;
+    })
+    .await;
+    let c = crate::work::crew(&app, "held-later", 3).await;
+    let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
+    let held = crate::work::task(&app, &c.members[1], c.orbit, "held").await;
+    for m in &c.members {
+        // One write each, so each token has the orbit as its hint.
+        crate::work::task(&app, m, c.orbit, "warm").await;
+    }
+    let mut monitor = app.db.conn();
+    let mut orbit_lock = app.db.conn();
+    let locker = sql_i64(&mut orbit_lock, "SELECT pg_backend_pid()::bigint AS n");
+    {
+        use diesel::connection::SimpleConnection;
+        orbit_lock
+            .batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM orbits WHERE id = {} FOR UPDATE",
+                c.orbit
+            ))
+            .unwrap();
+    }
+    let task_lock = crate::harness::RowLock::take(&app.db, held);
+    let [writes0] = app.metrics(["orbit_grouped_writes_total"]).await;
+    let first = app.post_keyed(&path, &c.members[0].token, json!({"title": "first"}));
+    let steer = async {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let [w] = app.metrics(["orbit_grouped_writes_waiting"]).await;
+            let in_lane = sql_i64(
+                &mut monitor,
+                &format!(
+                    "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE {locker} = ANY(pg_blocking_pids(pid))"
+                ),
+            );
+            if w == 0 && in_lane >= 1 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first write never waited"
+            );
+            actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Queued behind it, in this order: a task creation, then an acquire of the
+        // task whose row is held.
+        let second = app.post_keyed(&path, &c.members[2].token, json!({"title": "second"}));
+        let acquire = async {
+            loop {
+                let [w] = app.metrics(["orbit_grouped_writes_waiting"]).await;
+                if w == 1 {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{w} writes queued");
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            crate::work::acquire(&app, &c.members[1], held, json!({})).await
+        };
+        let release = async {
+            loop {
+                let [w] = app.metrics(["orbit_grouped_writes_waiting"]).await;
+                if w == 2 {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{w} writes queued");
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            drop(orbit_lock);
+            // The group commits the task creation; the acquire waits alone.
+            while task_lock.waiting_now(&mut app.db.conn()) == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the acquire never waited alone"
+                );
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let committed = sql_i64(
+                &mut app.db.conn(),
+                &format!(
+                    "SELECT count(*) AS n FROM tasks WHERE orbit_id = {} AND title = 'second'",
+                    c.orbit
+                ),
+            );
+            assert_eq!(
+                committed, 1,
+                "the group committed without the waiting acquire"
+            );
+            task_lock.release();
+        };
+        let (second, acquire, ()) = futures::join!(second, acquire, release);
+        (second, acquire)
+    };
+    let (first, (second, acquire)) = futures::join!(first, steer);
+    assert_eq!(first.status, 201, "{}", first.text);
+    assert_eq!(second.status, 201, "{}", second.text);
+    assert_eq!(acquire.status, 201, "{}", acquire.text);
+    let [writes] = app.metrics(["orbit_grouped_writes_total"]).await;
+    assert_eq!(writes - writes0, 3);
+}
