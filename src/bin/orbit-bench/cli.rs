@@ -68,10 +68,11 @@ pub enum Scenario {
     ChangesFeed,
     Overview,
     WriteMix,
+    Search,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::LeaseCycle,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
@@ -80,6 +81,7 @@ impl Scenario {
         Scenario::ChangesFeed,
         Scenario::Overview,
         Scenario::WriteMix,
+        Scenario::Search,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +94,7 @@ impl Scenario {
             Scenario::ChangesFeed => "changes-feed",
             Scenario::Overview => "overview",
             Scenario::WriteMix => "write-mix",
+            Scenario::Search => "search",
         }
     }
 

@@ -35,6 +35,7 @@ mod profile;
 mod references;
 mod report;
 mod scenarios;
+mod search;
 mod seed;
 mod service;
 

@@ -58,6 +58,8 @@ pub struct World {
     pub hot_contributions: Vec<i64>,
     pub big: Vec<BigOrbit>,
     pub knowledge: Option<bool>,
+    /// The search data set was loaded (`search::seed`, needs the database).
+    pub search_seeded: bool,
     pub notes: Vec<String>,
 }
 
@@ -272,6 +274,27 @@ impl Seeder<'_> {
         }
         if need_big {
             self.seed_big(world, has(Scenario::Overview)).await?;
+        }
+        if has(Scenario::Search) {
+            match self.bulk {
+                Some(bulk) => {
+                    eprintln!("seeding: the search data set (1,000,000 contributions, 100,000 memory records)");
+                    let url = bulk.url.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let mut conn =
+                            <diesel::PgConnection as diesel::Connection>::establish(&url)
+                                .map_err(|e| format!("search seed: cannot connect: {e}"))?;
+                        crate::search::seed(&mut conn)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())??;
+                    world.search_seeded = true;
+                }
+                None => world.notes.push(
+                    "search: not seeded (the data set needs DATABASE_URL or the private cluster)"
+                        .into(),
+                ),
+            }
         }
         if let Some(bulk) = self.bulk {
             let url = bulk.url.clone();

@@ -28,6 +28,15 @@ pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<Strin
         ],
         Scenario::AuthedGet => vec![("me".into(), None)],
         Scenario::WriteMix => vec![("spread".into(), None), ("hot".into(), None)],
+        Scenario::Search => ["mixed", "100k-word"]
+            .iter()
+            .map(|shape| {
+                let missing = (!world.search_seeded).then(|| {
+                    "not available: search data set not seeded (needs the database)".to_owned()
+                });
+                (shape.to_string(), missing)
+            })
+            .collect(),
         Scenario::ChangesFeed => ["1k", "100k"]
             .iter()
             .map(|label| {
@@ -133,6 +142,16 @@ pub async fn run_one(
                 })
                 .collect::<Result<_, &str>>()?;
             let (_, rec) = measure(cfg, states, write_mix_client).await;
+            Ok(rec)
+        }
+        Scenario::Search => {
+            let states: Vec<_> = (0..clients)
+                .map(|i| {
+                    let paths = Arc::new(crate::search::paths(shape, 4096, seed(i)));
+                    (api.clone(), None, paths, seed(i))
+                })
+                .collect();
+            let (_, rec) = measure(cfg, states, get_client).await;
             Ok(rec)
         }
         Scenario::HandoffChain => {

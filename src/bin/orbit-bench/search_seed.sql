@@ -1,5 +1,5 @@
 -- Seeds the `search` scenario's data set into a migrated, otherwise empty database
--- (the data set of bench/search.rs):
+-- (the data set of src/bin/orbit-bench/search.rs):
 -- 100 orbits, 1,000,000 contributions, 100,000 memory records, 1,000 problems and
 -- 1,000 tasks. Words: `w0`..`w4999`, skewed (w0 is the most frequent), eight per
 -- body; `tenpercent` in every tenth contribution (100,000 rows); `rare<k>` in ten
@@ -7,9 +7,9 @@
 -- load and built again at the end, which is much faster than a million inserts
 -- into them.
 --
---   psql "$URL" -v ON_ERROR_STOP=1 -f bench/search_seed.sql
+--   psql "$URL" -v ON_ERROR_STOP=1 -f src/bin/orbit-bench/search_seed.sql
 --
--- bench/search.rs runs it through diesel (lines starting with a backslash are
+-- src/bin/orbit-bench/search.rs runs it through diesel (lines starting with a backslash are
 -- psql's own and skipped there).
 \timing on
 SELECT setseed(0.42);

@@ -1,11 +1,8 @@
-//! The `search` scenario of `orbit-bench` (issue 20), written as a module to be
-//! wired into `src/bin/orbit-bench.rs` as the `search` scenario once that file's
-//! split into modules has landed (it is not compiled until then: `bench/` is not a
-//! Cargo target). It owns the scenario's data set and its request mix; the load
-//! itself is orbit-bench's `get_client` over the paths given here, and the
-//! reference is `pgbench -S` (`RefKind::SelectOnly`) in the same run.
+//! The `search` scenario (issue 20): its data set and its request mix. The load
+//! itself is `get_client` over the paths given here, and the reference is
+//! `pgbench -S` (`RefKind::SelectOnly`) in the same run.
 //!
-//! Data set (`bench/search_seed.sql`, loaded straight into the service's database
+//! Data set (`src/bin/orbit-bench/search_seed.sql`, loaded straight into the service's database
 //! like the other bulk seeds): 100 orbits, 1,000,000 contributions and 100,000
 //! memory records (plus 1,000 problems and 1,000 tasks), words `w0`..`w4999` drawn
 //! with a skew (`w0` in about 45% of contributions, `w4999` in a few hundred),
@@ -19,13 +16,9 @@
 //! - `100k-word`: `q=tenpercent` only (100,000 matching contributions), with and
 //!   without an orbit. Target: p99 < 100 ms.
 //!
-//! Wiring (in orbit-bench): `Scenario::Search` named `search`, shapes
-//! `["mixed", "100k-word"]`, `reference()` → `RefKind::SelectOnly`; before the
-//! measurement `search::seed(&mut bulk.conn()?)` once (it needs DATABASE_URL, like
-//! the other bulk seeds: without it the shapes report "not available"); then
-//! `measure(cfg, clients, get_client)` with `Arc::new(search::paths(shape, 4096,
-//! seed))` per client, each client with its own seed; report p50/p99 per shape
-//! and the throughput ratio against `pgbench -S` as the other read scenarios do.
+//!
+//! The data set is loaded with SQL (like the other bulk seeds), not through the
+//! store: a million rows one write at a time would take the run's whole budget.
 
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
