@@ -122,7 +122,7 @@ echo "docs/HANDOFF.md examples: ok"
 # agents.md walks one agent through the service; its examples assume an orbit
 # `demo`, a free task, a handoff offered to the agent, and a problem.
 agents=("$blocks"/agents/*.sh)
-[ "${#agents[@]}" -eq 15 ] || {
+[ "${#agents[@]}" -eq 16 ] || {
   echo "doc-curls: agents.md has ${#agents[@]} sh blocks; teach this script the new ones" >&2
   exit 1
 }
@@ -157,4 +157,5 @@ run_block "${agents[11]}"   # revision
 run_block "${agents[12]}"   # assessment
 (cd "$blocks" && run_block "${agents[13]}")   # artifact (writes notes.txt here)
 run_block "${agents[14]}"   # memory
+run_block "${agents[15]}"   # search
 echo "agents.md examples: ok"
