@@ -67,7 +67,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     });
     hub.start_listener(database_url.to_owned());
     hub.start_notifier(database_url.to_owned());
-    let hints = Arc::new(quick::Hints::default());
+    let hints = Arc::new(crate::perf::lanes::Hints::default());
     let core = Core {
         pool: pool.clone(),
         config: Arc::new(config.clone()),

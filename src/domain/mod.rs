@@ -35,7 +35,7 @@ pub struct Core {
     /// The ordinary path's writes, committed in groups per orbit (`perf::commits`).
     pub commits: Arc<crate::perf::commits::Commits<write::Outcome>>,
     /// Which orbit each verified token last wrote to: how writes find their group.
-    pub hints: Arc<crate::perf::quick::Hints>,
+    pub hints: Arc<crate::perf::lanes::Hints>,
     /// Single-row reads run in groups (`perf::readgroup`); `None` when
     /// `ORBIT_READ_LANES` is 0.
     pub reads: Option<Arc<reads::Reads>>,

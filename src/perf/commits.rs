@@ -5,7 +5,7 @@
 //! Each write of a busy orbit holds the orbit's row lock (its revision) from its
 //! last statement to the end of its commit's WAL flush; writers of one orbit queue
 //! on that lock one commit at a time. Here the writes queue in [`Lanes`] by the
-//! orbit their token last wrote to (`quick::Hints`); a group runs each write's own
+//! orbit their token last wrote to (`lanes::Hints`); a group runs each write's own
 //! unit of work — the same Rust function the ordinary path runs, so every rule keeps
 //! its one owner — under its own `SAVEPOINT` inside one transaction on the lane's
 //! connection, and commits once. A write whose work fails is rolled back to its
@@ -23,13 +23,13 @@
 use std::sync::Arc;
 
 use diesel::connection::{AnsiTransactionManager as Tm, SimpleConnection, TransactionManager};
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 use diesel::{PgConnection, RunQueryDsl};
 
 use crate::db::{self, PgPool, TxError, TxResult};
 use crate::error::{ApiError, ApiResult};
+use crate::perf::lanes::Hints;
 use crate::perf::lanes::{Lanes, Shape};
-use crate::perf::quick::Hints;
 
 /// The most writes in one group: each is a subtransaction, and PostgreSQL keeps up
 /// to 64 of a transaction's subtransactions in its snapshots before it overflows.
@@ -230,19 +230,13 @@ fn apply(conn: &mut PgConnection, closing: &str) -> TxResult<i64> {
     })
 }
 
+/// A failure of the connection itself (`error::is_connection_failure`), as
+/// opposed to a statement the server cancelled (a statement or lock timeout),
+/// which undoes only the write it hit.
 fn is_lost(e: &DieselError) -> bool {
-    match e {
-        DieselError::DatabaseError(
-            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
-            _,
-        )
-        | DieselError::BrokenTransactionManager => true,
-        DieselError::DatabaseError(_, info) => {
-            let m = info.message();
-            crate::error::is_unavailable_message(m) && !m.starts_with("canceling statement")
-        }
-        _ => false,
-    }
+    let cancelled = matches!(e, DieselError::DatabaseError(_, info)
+        if info.message().starts_with("canceling statement"));
+    crate::error::is_connection_failure(e) && !cancelled
 }
 
 fn is_lock_timeout(e: &DieselError) -> bool {

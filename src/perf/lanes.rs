@@ -12,7 +12,8 @@
 //! (its connection presumably hangs: a half-open TCP connection, which no server
 //! timeout ends); a new lane takes the queue, and the stuck one leaves when it wakes.
 //! A request waits at most the deadline for its answer (then 503: it may still run,
-//! and a retry with its Idempotency-Key replays it or runs it once).
+//! and a retry with its Idempotency-Key replays it or runs it once). [`Hints`]
+//! remembers the orbit each token last wrote to: the route its next write takes.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -229,6 +230,36 @@ async fn answer_within<T>(
             tracing::warn!("a {what} waited past its deadline for its group");
             Err(ApiError::unavailable())
         }
+    }
+}
+
+/// Token ids whose orbit hint is remembered at most (then the hints start over).
+const MAX_HINTS: usize = 65_536;
+
+/// Which orbit each verified token last wrote to: where its next write most likely
+/// goes, so writes of one orbit queue together (`quick`, `commits`).
+#[derive(Default)]
+pub struct Hints {
+    orbits: Mutex<HashMap<i64, i64>>,
+}
+
+impl Hints {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, i64>> {
+        self.orbits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The orbit `token_id` last wrote to, if this instance saw it.
+    pub fn orbit_of(&self, token_id: i64) -> Option<i64> {
+        self.map().get(&token_id).copied()
+    }
+
+    /// Remembers that `token_id` wrote to `orbit_id`.
+    pub fn learn(&self, token_id: i64, orbit_id: i64) {
+        let mut map = self.map();
+        if map.len() >= MAX_HINTS && !map.contains_key(&token_id) {
+            map.clear();
+        }
+        map.insert(token_id, orbit_id);
     }
 }
 

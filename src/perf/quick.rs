@@ -23,8 +23,7 @@
 //! byte for byte, with the ordinary read of what it wrote, and count on `/metrics`
 //! that the quick path ran and how the writes were grouped.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
@@ -32,7 +31,7 @@ use diesel::sql_types::{Array, BigInt, Integer, SmallInt, Text};
 
 use crate::db::{BindNext, PgPool};
 use crate::error::{ApiError, ApiResult};
-use crate::perf::lanes::{Lanes, Shape};
+use crate::perf::lanes::{Hints, Lanes, Shape};
 
 /// The message a quick write function raises when the ordinary path must decide.
 pub const DECLINED: &str = "quick_declined";
@@ -131,9 +130,6 @@ pub struct Queued {
 /// 64 of a transaction's subtransactions in its snapshots before it overflows.
 pub const MAX_GROUP: usize = 32;
 
-/// Token ids whose orbit hint is remembered at most (then the hints start over).
-const MAX_HINTS: usize = 65_536;
-
 /// The quick writes of this instance, run in groups (group commit) on [`Lanes`].
 ///
 /// A write is queued by the orbit it most likely writes to (the orbit of its
@@ -219,33 +215,6 @@ impl QuickQueue {
             key,
         };
         self.lanes.submit(route, queued).await
-    }
-}
-
-/// Which orbit each verified token last wrote to: where its next write most likely
-/// goes, so writes of one orbit queue together (`QuickQueue`, `commits`).
-#[derive(Default)]
-pub struct Hints {
-    orbits: Mutex<HashMap<i64, i64>>,
-}
-
-impl Hints {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, i64>> {
-        self.orbits.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The orbit `token_id` last wrote to, if this instance saw it.
-    pub fn orbit_of(&self, token_id: i64) -> Option<i64> {
-        self.map().get(&token_id).copied()
-    }
-
-    /// Remembers that `token_id` wrote to `orbit_id`.
-    pub fn learn(&self, token_id: i64, orbit_id: i64) {
-        let mut map = self.map();
-        if map.len() >= MAX_HINTS && !map.contains_key(&token_id) {
-            map.clear();
-        }
-        map.insert(token_id, orbit_id);
     }
 }
 
