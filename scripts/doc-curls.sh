@@ -122,13 +122,24 @@ echo "docs/HANDOFF.md examples: ok"
 # agents.md walks one agent through the service; its examples assume an orbit
 # `demo`, a free task, a handoff offered to the agent, and a problem.
 agents=("$blocks"/agents/*.sh)
-[ "${#agents[@]}" -eq 16 ] || {
+[ "${#agents[@]}" -eq 18 ] || {
   echo "doc-curls: agents.md has ${#agents[@]} sh blocks; teach this script the new ones" >&2
   exit 1
 }
 OWNER=$(new_token demo-owner)
 curl -X POST "$BASE/api/v1/orbits" -H "Authorization: Bearer $OWNER" -H 'Content-Type: application/json' \
   -d '{"slug":"demo","name":"Demo orbit"}' >/dev/null
+# The quick start: one free task; its giver registers itself; the acceptor is
+# another member of demo.
+curl -X POST "$BASE/api/v1/orbits/demo/tasks" -H "Authorization: Bearer $OWNER" \
+  -H 'Idempotency-Key: agents-quick-task' -H 'Content-Type: application/json' -d '{"title":"quick"}' >/dev/null
+run_block "${agents[0]}"    # quick start: register, find work, lease, checkpoint, hand off
+TOKEN=$(new_token quick-peer)
+curl -X POST "$BASE/api/v1/orbits/demo/join" -H "Authorization: Bearer $TOKEN" >/dev/null
+run_block "${agents[1]}"    # quick start: accept
+[ "$(printf '%s' "$LAST" | j "['data']['handoff']['status']")" = ACCEPTED ] || {
+  echo "doc-curls: the quick start's accept did not accept" >&2; exit 1; }
+agents=("${agents[@]:2}")
 run_block "${agents[0]}"    # register
 TOKEN=$(printf '%s' "$LAST" | j "['data']['token']")
 ME=$(printf '%s' "$LAST" | j "['data']['contributor']['id']")

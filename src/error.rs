@@ -219,12 +219,26 @@ impl FieldErrors {
         self.0.is_empty()
     }
 
+    /// The problems by field.
+    pub fn into_inner(self) -> BTreeMap<String, Vec<String>> {
+        self.0
+    }
+
+    /// 422 `validation_failed`; the message names every field and its problems.
     pub fn into_error(self) -> ApiError {
         let message = match self.0.iter().next() {
             Some((field, problems)) if self.0.len() == 1 => {
                 format!("Invalid {field}: {}", problems.join("; "))
             }
-            _ => "The request has invalid fields.".to_owned(),
+            Some(_) => format!(
+                "Invalid fields: {}.",
+                self.0
+                    .iter()
+                    .map(|(f, p)| format!("{f} {}", p.join("; ")))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            None => "The request has invalid fields.".to_owned(),
         };
         let mut err = ApiError::invalid("validation_failed", message);
         err.body.errors = Some(self.0);
@@ -363,4 +377,214 @@ pub fn note_lost_connection() {
 pub fn recently_lost() -> bool {
     let at = LOST_AT_MS.load(std::sync::atomic::Ordering::Relaxed);
     at != 0 && now_ms().saturating_sub(at) < SUSPICION_MS
+}
+
+/// One error code: its status and the one reaction a client should have to it
+/// (`recover`, a word from [`REACTIONS`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Code {
+    pub code: &'static str,
+    pub status: u16,
+    pub recover: &'static str,
+}
+
+/// The reactions, as MCP refusals and agents.md name them.
+pub const REACTIONS: &[&str] = &[
+    "stop_and_report",
+    "choose_other_task",
+    "renew_instead",
+    "reread_then_retry",
+    "retry_same_key_after",
+    "new_key_for_new_intent",
+    "fix_input",
+    "not_permitted",
+    "not_found",
+    "continue",
+];
+
+const fn code(code: &'static str, status: u16, recover: &'static str) -> Code {
+    Code {
+        code,
+        status,
+        recover,
+    }
+}
+
+/// Every error code the service answers, with its status and its one reaction. A
+/// new code goes here (a test finds every code written in `src/` and refuses one
+/// that is missing), and into the table at the top of agents.md (a test compares).
+pub const CODES: &[Code] = &[
+    code("bad_request", 400, "fix_input"),
+    code("unauthorized", 401, "not_permitted"),
+    code("not_a_member", 403, "not_permitted"),
+    code("insufficient_role", 403, "not_permitted"),
+    code("invite_only", 403, "not_permitted"),
+    code("not_author", 403, "not_permitted"),
+    code("not_giver", 403, "not_permitted"),
+    code("not_recipient", 403, "not_permitted"),
+    code("own_handoff", 403, "not_permitted"),
+    code("not_found", 404, "not_found"),
+    code("method_not_allowed", 405, "fix_input"),
+    code("request_timeout", 408, "retry_same_key_after"),
+    code("stale_lease_version", 409, "stop_and_report"),
+    code("lease_not_held", 409, "stop_and_report"),
+    code("lease_released", 409, "stop_and_report"),
+    code("lease_expired", 409, "stop_and_report"),
+    code("handed_off", 409, "stop_and_report"),
+    code("task_closed", 409, "stop_and_report"),
+    code("lease_conflict", 409, "choose_other_task"),
+    code("handoff_not_pending", 409, "choose_other_task"),
+    code("handoff_expired", 409, "choose_other_task"),
+    code("lease_already_held", 409, "renew_instead"),
+    code("revision_conflict", 409, "reread_then_retry"),
+    code("idempotency_key_in_flight", 409, "retry_same_key_after"),
+    code("idempotency_key_reused", 409, "new_key_for_new_intent"),
+    code("already_member", 409, "continue"),
+    code("slug_taken", 409, "fix_input"),
+    code("last_owner", 409, "fix_input"),
+    code("payload_too_large", 413, "fix_input"),
+    code("validation_failed", 422, "fix_input"),
+    code("invalid_path", 422, "fix_input"),
+    code("malformed_json", 422, "fix_input"),
+    code("unreadable_body", 422, "fix_input"),
+    code("unsupported_content_type", 422, "fix_input"),
+    code("empty_query", 422, "fix_input"),
+    code("idempotency_key_required", 422, "fix_input"),
+    code("idempotency_key_invalid", 422, "fix_input"),
+    code("lease_version_not_issued", 422, "fix_input"),
+    code("rate_limited", 429, "retry_same_key_after"),
+    code("internal_error", 500, "retry_same_key_after"),
+    code("service_unavailable", 503, "retry_same_key_after"),
+    code("not_migrated", 503, "retry_same_key_after"),
+];
+
+impl ApiError {
+    /// The one reaction to this error: the code's, except where the details say the
+    /// caller already has what it wanted (`continue`): a `stale_lease_version` whose
+    /// current lease is the caller's own (`details.yours`), a `handoff_not_pending`
+    /// the caller itself accepted (`details.lease_id`).
+    pub fn recover(&self) -> &'static str {
+        let details = self.body.details.as_ref();
+        let code = self.body.code.as_str();
+        let mine = match code {
+            "stale_lease_version" => {
+                details.and_then(|d| d.get("yours")) == Some(&Value::Bool(true))
+            }
+            "handoff_not_pending" => details.and_then(|d| d.get("lease_id")).is_some(),
+            _ => false,
+        };
+        if mine {
+            return "continue";
+        }
+        recover_for(self.status.as_u16(), code)
+    }
+}
+
+/// The reaction to `code` (from [`CODES`]); a code not in the table by its status.
+pub fn recover_for(status: u16, code: &str) -> &'static str {
+    if let Some(c) = CODES.iter().find(|c| c.code == code) {
+        return c.recover;
+    }
+    match status {
+        429 | 500 | 503 => "retry_same_key_after",
+        401 | 403 => "not_permitted",
+        404 => "not_found",
+        _ => "fix_input",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code written in `src/` as an error's code is in CODES, with a status
+    /// that agrees, and every reaction is one of REACTIONS.
+    #[test]
+    fn every_code_in_the_source_is_in_the_table() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("read src") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let constructors = [
+            ("ApiError::conflict(", Some(409)),
+            ("ApiError::forbidden(", Some(403)),
+            ("ApiError::invalid(", Some(422)),
+            ("ApiError::new(", None),
+            ("Self::new(", None),
+        ];
+        let mut found = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read");
+            for (call, status) in constructors {
+                if call == "Self::new(" && !file.ends_with("src/error.rs") {
+                    continue;
+                }
+                for (at, _) in text.match_indices(call) {
+                    let rest = &text[at + call.len()..];
+                    // The first string literal of the call is its code.
+                    let Some(open) = rest.find('"') else { continue };
+                    if rest[..open].contains(')') {
+                        continue; // a code passed in a variable (`code`)
+                    }
+                    let code: String = rest[open + 1..].chars().take_while(|c| *c != '"').collect();
+                    if !code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                        continue;
+                    }
+                    found += 1;
+                    let entry = CODES.iter().find(|c| c.code == code).unwrap_or_else(|| {
+                        panic!("{}: code {code} is not in error::CODES", file.display())
+                    });
+                    if let Some(status) = status {
+                        assert_eq!(entry.status, status, "{code}");
+                    }
+                }
+            }
+        }
+        assert!(found > 25, "the scan found only {found} codes");
+        for c in CODES {
+            assert!(REACTIONS.contains(&c.recover), "{}: {}", c.code, c.recover);
+        }
+        for (status, code) in [
+            (404, "not_found"),
+            (405, "method_not_allowed"),
+            (413, "payload_too_large"),
+            (500, "internal_error"),
+            (400, "bad_request"),
+        ] {
+            let e = ApiError::from_status(StatusCode::from_u16(status).unwrap());
+            assert_eq!(e.code(), code);
+            assert!(CODES.iter().any(|c| c.code == code && c.status == status));
+        }
+    }
+
+    #[test]
+    fn recovery_follows_the_table_and_the_details() {
+        assert_eq!(recover_for(409, "stale_lease_version"), "stop_and_report");
+        assert_eq!(recover_for(409, "handoff_not_pending"), "choose_other_task");
+        assert_eq!(recover_for(409, "lease_already_held"), "renew_instead");
+        assert_eq!(recover_for(422, "lease_version_not_issued"), "fix_input");
+        assert_eq!(recover_for(429, "rate_limited"), "retry_same_key_after");
+        assert_eq!(recover_for(403, "some_new_code"), "not_permitted");
+        let mine = ApiError::conflict("stale_lease_version", "x")
+            .with_details(serde_json::json!({"current_lease_version": 2, "yours": true}));
+        assert_eq!(mine.recover(), "continue");
+        let theirs = ApiError::conflict("stale_lease_version", "x")
+            .with_details(serde_json::json!({"current_lease_version": 2, "yours": false}));
+        assert_eq!(theirs.recover(), "stop_and_report");
+        let accepted = ApiError::conflict("handoff_not_pending", "x").with_details(
+            serde_json::json!({"current_status": "ACCEPTED", "accepted_by": 3, "lease_id": 9, "lease_version": 2}),
+        );
+        assert_eq!(accepted.recover(), "continue");
+    }
 }

@@ -38,6 +38,8 @@ pub struct LockedTask {
     pub open_lease: Option<OpenLease>,
     /// The task's PENDING handoff, if any (it may have run out).
     pub pending_handoff: Option<PendingHandoff>,
+    /// Who holds or held the task's current lease (version `lease_version`), if any.
+    pub current_holder: Option<i64>,
     /// Who the lock was taken for, and the lease they presented (`lock_for`).
     caller: Option<i64>,
     presented: Option<PresentedLease>,
@@ -137,6 +139,8 @@ struct AfterLock {
     h_to: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     h_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    c_contributor: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -176,6 +180,9 @@ pub fn guard(
     guard: Guard,
 ) -> TxResult<(LockedTask, Held)> {
     let task = lock_for(conn, task_id, LockMode::Update, caller, lease_version)?;
+    if lease_version > task.lease_version {
+        return Err(not_issued(&task, lease_version).into());
+    }
     if path_version.is_some_and(|p| p != lease_version) {
         return Err(stale(&task).into());
     }
@@ -219,7 +226,9 @@ fn lock_inner(
                 v.id AS v_id, v.contributor_id AS v_contributor, \
                 v.end_reason AS v_end_reason, v.expires_at AS v_expires, \
                 h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
-                h.expires_at AS h_expires \
+                h.expires_at AS h_expires, \
+                (SELECT c.contributor_id FROM leases c \
+                  WHERE c.task_id = $1 AND c.lease_version = $3) AS c_contributor \
          FROM clock \
          LEFT JOIN leases o ON o.task_id = $1 AND o.lease_version = $3 \
                            AND o.end_reason IS NULL \
@@ -272,6 +281,7 @@ fn lock_inner(
         now: after.now,
         open_lease,
         pending_handoff,
+        current_holder: after.c_contributor,
         caller,
         presented,
     })
@@ -295,10 +305,32 @@ pub struct Held {
 }
 
 pub fn stale(task: &LockedTask) -> ApiError {
-    ApiError::conflict(
-        "stale_lease_version",
+    let yours = task.caller.is_some() && task.current_holder == task.caller;
+    let message = if yours {
+        "Your lease_version is not the task's current one, but the current lease is yours: \
+         you acquired or accepted the task again since. Continue with \
+         details.current_lease_version (read GET /api/v1/tasks/{task} for its lease id); \
+         stop using the old version."
+    } else {
         "Your lease_version is not the task's current one: someone else holds or held the task \
-         since. Stop writing and report; do not retry with a version you did not acquire.",
+         since. Stop writing and report; do not retry with a version you did not acquire."
+    };
+    ApiError::conflict("stale_lease_version", message).with_details(json!({
+        "current_lease_version": task.lease_version,
+        "yours": yours,
+    }))
+}
+
+/// 422 `lease_version_not_issued`: the request names a version above any the task
+/// has issued, so it cannot be a lease anyone holds or held.
+pub fn not_issued(task: &LockedTask, lease_version: i64) -> ApiError {
+    ApiError::invalid(
+        "lease_version_not_issued",
+        format!(
+            "lease_version {lease_version} was never issued for this task (its highest is {}). \
+             Send the lease_version that acquire_lease or accept_handoff gave you.",
+            task.lease_version
+        ),
     )
     .with_details(json!({ "current_lease_version": task.lease_version }))
 }
@@ -313,6 +345,9 @@ pub fn check(task: &LockedTask, caller: i64, lease_version: i64, guard: Guard) -
         );
         return Err(ApiError::internal().into());
     }
+    if lease_version > task.lease_version {
+        return Err(not_issued(task, lease_version).into());
+    }
     if task.lease_version != lease_version {
         return Err(stale(task).into());
     }
@@ -324,6 +359,7 @@ pub fn check(task: &LockedTask, caller: i64, lease_version: i64, guard: Guard) -
             "lease_not_held",
             "This lease belongs to someone else. Stop writing and report.",
         )
+        .with_details(json!({ "current_lease_version": task.lease_version }))
         .into());
     }
     match lease.end_reason.as_deref() {

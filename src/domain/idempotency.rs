@@ -343,6 +343,29 @@ impl Gate {
     }
 }
 
+/// The key errors' words over MCP, where the key is the tool argument
+/// `idempotency_key`, not a header (the REST words are in `Gate::claim`).
+pub fn tool_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "idempotency_key_required" => {
+            "This tool needs the argument idempotency_key: a new value for each intended \
+             action, the same value for its retries."
+        }
+        "idempotency_key_invalid" => {
+            "The argument idempotency_key must be 1 to 128 visible ASCII characters."
+        }
+        "idempotency_key_reused" => {
+            "This idempotency_key was already used for a different call. Use a new \
+             idempotency_key for a new intent."
+        }
+        "idempotency_key_in_flight" => {
+            "A call with this idempotency_key is still executing. Call again with the same \
+             idempotency_key after retry_after_seconds."
+        }
+        _ => return None,
+    })
+}
+
 fn in_flight() -> ApiError {
     ApiError::conflict(
         "idempotency_key_in_flight",

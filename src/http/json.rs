@@ -288,24 +288,190 @@ pub fn integral_floats_to_integers(value: &mut Value) {
     }
 }
 
-/// Serde's wording for a wrong type, in plain words where we can tell the type.
-fn plain_type_error(inner: String) -> String {
-    if !inner.starts_with("invalid type") && !inner.starts_with("invalid value") {
-        return inner;
+/// Serde's wording for a wrong type or value, in plain words: never a Rust type name
+/// (`i64`, `struct CreateTask`) or a parser's phrase reaches a client.
+pub fn plain_words(inner: &str) -> String {
+    let expected = inner
+        .rsplit("expected ")
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_end_matches('.');
+    if let Some(name) = between_backticks(inner, "unknown field `") {
+        return format!("{name} is not a known field");
     }
-    let expected = inner.rsplit("expected ").next().unwrap_or("");
+    if between_backticks(inner, "missing field `").is_some() {
+        return "is required".to_owned();
+    }
+    if inner.starts_with("unknown variant `") {
+        let choices: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        return if choices.is_empty() {
+            "is not one of the allowed values".to_owned()
+        } else {
+            format!("must be one of {}", choices.join(", "))
+        };
+    }
+    if !inner.starts_with("invalid type")
+        && !inner.starts_with("invalid value")
+        && !inner.starts_with("invalid length")
+    {
+        return inner.to_owned();
+    }
     let integer = [
-        "i64", "u64", "i32", "u32", "i16", "u16", "u8", "i8", "usize",
+        "i64", "u64", "i32", "u32", "i16", "u16", "u8", "i8", "usize", "isize",
     ];
-    if integer.contains(&expected.trim()) {
+    if integer.contains(&expected) || expected.contains("integer") {
         "must be a whole number".to_owned()
-    } else if inner.starts_with("invalid type") && expected.trim() == "a string" {
+    } else if ["f64", "f32"].contains(&expected) || expected.contains("number") {
+        "must be a number".to_owned()
+    } else if expected.contains("string") || expected.contains("char") {
         "must be a string".to_owned()
-    } else if inner.starts_with("invalid type") && expected.trim() == "a boolean" {
+    } else if expected.contains("bool") {
         "must be true or false".to_owned()
+    } else if expected.contains("sequence") || expected.contains("array") {
+        "must be a list".to_owned()
+    } else if expected.starts_with("struct") || expected.contains("map") {
+        "must be an object".to_owned()
+    } else if expected.contains("variant") || expected.contains("one of") {
+        let choices: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        if choices.is_empty() {
+            "is not one of the allowed values".to_owned()
+        } else {
+            format!("must be one of {}", choices.join(", "))
+        }
     } else {
-        inner
+        "has the wrong type or value".to_owned()
     }
+}
+
+/// Query-like arguments (an MCP read tool's) into `T`, every problem at once and in
+/// plain words, as for a body.
+pub fn arguments<T: DeserializeOwned>(value: Value) -> ApiResult<T> {
+    deserialize_all(value, |_, _| {})
+}
+
+/// Values tried for a required field that is missing or invalid, so that parsing can
+/// go on and find the other fields' problems.
+const PROBES: [fn() -> Value; 6] = [
+    || Value::from(1),
+    || Value::from("x"),
+    || Value::Bool(false),
+    || Value::Array(Vec::new()),
+    || Value::Object(serde_json::Map::new()),
+    || Value::Null,
+];
+
+/// Deserializes `T` from an object and reports EVERY invalid field at once (serde
+/// stops at the first): a field with a wrong type is taken out and parsing resumes;
+/// a required field that is missing (or was taken out) gets a stand-in value so the
+/// fields after it are still checked; then the type's own checks run on the fields
+/// that were valid. Problems are in plain words (`plain_words`).
+fn deserialize_all<T: DeserializeOwned>(
+    mut value: Value,
+    validate: fn(&T, &mut FieldErrors),
+) -> ApiResult<T> {
+    let mut errors = FieldErrors::default();
+    // Top-level fields that carry a stand-in: their own checks are not reported.
+    let mut stand_ins: Vec<String> = Vec::new();
+    // For each stand-in, which probe it holds now.
+    let mut probe_of: std::collections::BTreeMap<String, usize> = Default::default();
+    for _ in 0..256 {
+        let e = match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(parsed) => {
+                if errors.is_empty() {
+                    let mut own = FieldErrors::default();
+                    validate(&parsed, &mut own);
+                    own.finish()?;
+                    return Ok(parsed);
+                }
+                let mut own = FieldErrors::default();
+                validate(&parsed, &mut own);
+                for (field, problems) in own.into_inner() {
+                    let top = field.split(['.', '[']).next().unwrap_or(&field).to_owned();
+                    if !stand_ins.contains(&top) {
+                        for p in problems {
+                            errors.add(&field, p);
+                        }
+                    }
+                }
+                return Err(errors.into_error());
+            }
+            Err(e) => e,
+        };
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let top = path.split(['.', '[']).next().unwrap_or("").to_owned();
+        let Some(map) = value.as_object_mut() else {
+            break;
+        };
+        if let Some(field) = between_backticks(&inner, "missing field `") {
+            let full = if path == "." {
+                field.clone()
+            } else {
+                format!("{path}.{field}")
+            };
+            if path != "." {
+                // A nested object misses a field: report it; the whole top-level
+                // field gets a stand-in.
+                errors.add(&full, "is required");
+                if !stand_ins.contains(&top) {
+                    stand_ins.push(top.clone());
+                }
+                let next = probe_of.entry(top.clone()).or_insert(0);
+                map.insert(top, PROBES[*next % PROBES.len()]());
+                *next += 1;
+                continue;
+            }
+            if !stand_ins.contains(&field) {
+                errors.add(&field, "is required");
+                stand_ins.push(field.clone());
+            }
+            let next = probe_of.entry(field.clone()).or_insert(0);
+            if *next >= PROBES.len() {
+                break;
+            }
+            map.insert(field, PROBES[*next]());
+            *next += 1;
+        } else if let Some(field) = between_backticks(&inner, "unknown field `") {
+            // Here the path already ends at the unknown field itself.
+            let full = if path == "." {
+                field.clone()
+            } else if path == field || path.ends_with(&format!(".{field}")) {
+                path.clone()
+            } else {
+                format!("{path}.{field}")
+            };
+            if path == "." || path == field {
+                errors.add(&full, "is not a known field");
+                map.remove(&field);
+            } else {
+                errors.add(&full, "is not a known field");
+                if !stand_ins.contains(&top) {
+                    stand_ins.push(top.clone());
+                }
+                map.remove(&top);
+            }
+        } else if path == "." || top.is_empty() {
+            errors.add("body", plain_words(&inner));
+            break;
+        } else if stand_ins.contains(&top) {
+            // Our stand-in does not fit this field: try the next one.
+            let next = probe_of.entry(top.clone()).or_insert(0);
+            if *next >= PROBES.len() {
+                break;
+            }
+            map.insert(top, PROBES[*next]());
+            *next += 1;
+        } else {
+            errors.add(&path, plain_words(&inner));
+            stand_ins.push(top.clone());
+            map.remove(&top);
+        }
+    }
+    if errors.is_empty() {
+        errors.add("body", "is not valid for this request");
+    }
+    Err(errors.into_error())
 }
 
 /// Turns a parsed JSON value into `T` exactly as a request body would be: it must be
@@ -325,36 +491,7 @@ pub fn parse_value<T: DeserializeOwned + Validate>(mut value: Value) -> ApiResul
     }
     integral_floats_to_integers(&mut value);
     let canonical = canonical_json(&value);
-    let parsed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let mut errors = FieldErrors::default();
-        if let Some(field) = between_backticks(&inner, "missing field `") {
-            let field = if path == "." {
-                field
-            } else {
-                format!("{path}.{field}")
-            };
-            errors.add(&field, "is required");
-        } else if let Some(field) = between_backticks(&inner, "unknown field `") {
-            // Here the path already ends at the unknown field itself.
-            let field = if path == "." {
-                field
-            } else if path == field || path.ends_with(&format!(".{field}")) {
-                path
-            } else {
-                format!("{path}.{field}")
-            };
-            errors.add(&field, "is not a known field");
-        } else {
-            let field = if path == "." { "body".to_owned() } else { path };
-            errors.add(&field, plain_type_error(inner));
-        }
-        errors.into_error()
-    })?;
-    let mut errors = FieldErrors::default();
-    parsed.validate(&mut errors);
-    errors.finish()?;
+    let parsed: T = deserialize_all(value, T::validate)?;
     Ok(JsonBody {
         value: parsed,
         canonical,

@@ -308,7 +308,13 @@ pub fn query_config() -> web::QueryConfig {
     web::QueryConfig::default().error_handler(|err, req| {
         let message = err.to_string();
         let mut e = crate::error::FieldErrors::default();
-        e.add(&query_error_field(&message, req), message.clone());
+        let words = message
+            .strip_prefix("Query deserialize error: ")
+            .unwrap_or(&message);
+        e.add(
+            &query_error_field(&message, req),
+            crate::http::json::plain_words(words),
+        );
         e.into_error().into()
     })
 }

@@ -282,13 +282,26 @@ pub struct HandoffLock {
     pub to_contributor: Option<i64>,
     #[diesel(sql_type = Timestamptz)]
     pub expires_at: DateTime<Utc>,
+    /// Who accepted it (ACCEPTED only).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub accepted_by: Option<i64>,
+    /// The lease the accept issued, and its version (ACCEPTED only).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub accepted_lease_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub accepted_lease_version: Option<i64>,
 }
 
+/// The columns of a `HandoffLock` (`h` the handoff, `l` its accepted lease).
+const LOCK_COLUMNS: &str = "h.id, h.orbit_id, h.task_id, h.status, h.from_contributor, \
+     h.to_contributor, h.expires_at, h.accepted_by, h.accepted_lease_id, \
+     (SELECT l.lease_version FROM leases l WHERE l.id = h.accepted_lease_id) \
+     AS accepted_lease_version";
+
 pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>> {
-    crate::db::sql(
-        "SELECT id, orbit_id, task_id, status, from_contributor, to_contributor, expires_at \
-         FROM handoffs WHERE id = $1",
-    )
+    crate::db::sql(format!(
+        "SELECT {LOCK_COLUMNS} FROM handoffs h WHERE h.id = $1"
+    ))
     .bind::<BigInt, _>(id)
     .get_result(conn)
     .optional()
@@ -296,10 +309,9 @@ pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>
 
 /// Locks a handoff row (after its task's row: see the lock order in `fence`).
 pub fn lock(conn: &mut PgConnection, id: i64) -> QueryResult<HandoffLock> {
-    crate::db::sql(
-        "SELECT id, orbit_id, task_id, status, from_contributor, to_contributor, expires_at \
-         FROM handoffs WHERE id = $1 FOR UPDATE",
-    )
+    crate::db::sql(format!(
+        "SELECT {LOCK_COLUMNS} FROM handoffs h WHERE h.id = $1 FOR UPDATE OF h"
+    ))
     .bind::<BigInt, _>(id)
     .get_result(conn)
 }

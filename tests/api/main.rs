@@ -1,5 +1,6 @@
 //! One integration-test binary: real HTTP against real PostgreSQL.
 
+mod agent_surface;
 mod auth;
 mod changes;
 mod commits;

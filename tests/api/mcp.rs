@@ -126,6 +126,30 @@ async fn raw(app: &TestApp, auth: Option<&str>, message: Value) -> crate::harnes
         .await
 }
 
+/// A refusal before any MCP message was read: HTTP 401 and a JSON-RPC error whose
+/// message is ours (so an MCP client shows it) and whose data is the REST envelope's
+/// fields with the reaction.
+#[track_caller]
+fn assert_auth_refusal(r: &crate::harness::Resp) {
+    assert_eq!(r.status.as_u16(), 401, "{}", r.text);
+    assert!(
+        r.header("content-type")
+            .is_some_and(|c| c.starts_with("application/json")),
+        "{:?}",
+        r.headers
+    );
+    assert_eq!(r.json["jsonrpc"], "2.0", "{}", r.text);
+    assert!(r.json["id"].is_null(), "{}", r.text);
+    let error = &r.json["error"];
+    assert_eq!(error["code"], -32001, "{}", r.text);
+    let message = error["message"].as_str().expect("message");
+    assert!(message.len() > 20, "{message}");
+    assert_eq!(error["data"]["code"], "unauthorized", "{}", r.text);
+    assert_eq!(error["data"]["status"], 401, "{}", r.text);
+    assert_eq!(error["data"]["recover"], "not_permitted", "{}", r.text);
+    assert_eq!(error["data"]["message"], message, "{}", r.text);
+}
+
 fn initialize_message() -> Value {
     json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -255,7 +279,7 @@ async fn unauthenticated_mcp_requests_are_401() {
         Some(&unknown),
     ] {
         let r = raw(&app, auth, initialize_message()).await;
-        r.assert_envelope(401);
+        assert_auth_refusal(&r);
         assert!(
             r.header("www-authenticate")
                 .is_some_and(|v| v.starts_with("Bearer")),
@@ -274,7 +298,14 @@ async fn unauthenticated_mcp_requests_are_401() {
         initialize_message(),
     )
     .await;
-    r.assert_envelope(401);
+    assert_auth_refusal(&r);
+    assert!(
+        r.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("revoked")),
+        "{}",
+        r.text
+    );
 
     // The SDK client without a token cannot even initialize.
     let transport = StreamableHttpClientTransport::from_uri(app.url("/mcp"));

@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
+use crate::db::TxResult;
 use crate::domain::access;
-use crate::domain::auth::Bearer;
-use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::domain::revision::Change;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::public_read;
@@ -122,6 +123,18 @@ pub fn is_media_type(s: &str) -> bool {
         })
 }
 
+/// The content decoded and hashed, once, outside the transaction (which may be
+/// retried); `None` for a body that does not check.
+pub fn decoded(body: &Body<CreateArtifact>) -> Option<(Vec<u8>, String)> {
+    body.check()
+        .ok()
+        .and_then(|v| decode(&v.content_base64))
+        .map(|content| {
+            let sha256 = hex::encode(Sha256::digest(&content));
+            (content, sha256)
+        })
+}
+
 pub static CREATE_ARTIFACT: Operation =
     Operation::required("POST", "/api/v1/orbits/{orbit}/artifacts");
 
@@ -146,57 +159,59 @@ pub async fn create_artifact(
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
     let canonical = body.canonical.clone();
-    // Decoded and hashed once, outside the transaction (which may be retried).
-    let decoded = body
-        .check()
-        .ok()
-        .and_then(|v| decode(&v.content_base64))
-        .map(|content| {
-            let sha256 = hex::encode(Sha256::digest(&content));
-            (content, sha256)
-        });
+    let decoded = decoded(&body);
     write(
         &state,
         bearer,
         key,
         &CREATE_ARTIFACT,
         canonical,
-        move |conn, caller, gate| {
-            let orbit = access::resolve(conn, &reference)?;
-            access::require_member(conn, orbit.id, caller.id())?;
-            let value = body.check()?;
-            let (content, sha256) = decoded.as_ref().ok_or(ApiError::internal())?;
-            let size = content.len() as i64;
-            if let Some(stored) = gate.claim(conn, &[orbit.id])? {
-                return Ok(Reply::replayed(stored));
-            }
-            let id = store::insert(
-                conn,
-                orbit.id,
-                &value.name,
-                &value.media_type,
-                size,
-                sha256,
-                content,
-                caller.id(),
-            )?;
-            let mut out = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
-            let rev = gate.record(
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "artifact.created",
-                    entity_type: "artifact",
-                    entity_id: id,
-                    task_id: None,
-                    summary: format!("artifact {id} stored ({size} bytes, sha256 {sha256})"),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit.id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, &reference, &body, &decoded),
     )
     .await
+}
+
+/// Storing an artifact, inside `domain::write::run`'s transaction (REST and MCP). `decoded` is [`decoded`]'s answer.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: &Body<CreateArtifact>,
+    decoded: &Option<(Vec<u8>, String)>,
+) -> TxResult<Reply> {
+    let orbit = access::resolve(conn, &reference)?;
+    access::require_member(conn, orbit.id, caller.id())?;
+    let value = body.check()?;
+    let (content, sha256) = decoded.as_ref().ok_or(ApiError::internal())?;
+    let size = content.len() as i64;
+    if let Some(stored) = gate.claim(conn, &[orbit.id])? {
+        return Ok(Reply::replayed(stored));
+    }
+    let id = store::insert(
+        conn,
+        orbit.id,
+        &value.name,
+        &value.media_type,
+        size,
+        sha256,
+        content,
+        caller.id(),
+    )?;
+    let mut out = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
+    let rev = gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "artifact.created",
+            entity_type: "artifact",
+            entity_id: id,
+            task_id: None,
+            summary: format!("artifact {id} stored ({size} bytes, sha256 {sha256})"),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit.id)
 }
 
 /// List an orbit's artifacts (metadata), ascending by id.
@@ -215,11 +230,7 @@ pub async fn list_artifacts(
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let reference = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        let orbit = access::resolve(conn, &reference)?;
-        Ok(store::artifacts_of_orbit(conn, orbit.id, cursor)?)
-    })
-    .await?;
+    let rows = public_read(&state, bearer, move |conn| page(conn, &reference, cursor)).await?;
     page_json(&cursor.page(rows, |a| a.id))
 }
 
@@ -237,10 +248,7 @@ pub async fn get_artifact(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let artifact = public_read(&state, bearer, move |conn| {
-        store::artifact(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact").into())
-    })
-    .await?;
+    let artifact = public_read(&state, bearer, move |conn| read(conn, id)).await?;
     ok_json(&artifact)
 }
 
@@ -370,6 +378,21 @@ pub async fn get_artifact_content(
         .insert_header((header::ETAG, etag))
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .body(bytes))
+}
+
+/// A page of an orbit's artifacts (metadata; REST and MCP).
+pub fn page(
+    conn: &mut diesel::PgConnection,
+    reference: &str,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<Artifact>> {
+    let orbit = access::resolve(conn, reference)?;
+    Ok(store::artifacts_of_orbit(conn, orbit.id, cursor)?)
+}
+
+/// An artifact's metadata (REST and MCP).
+pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Artifact> {
+    store::artifact(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact").into())
 }
 
 #[cfg(test)]

@@ -197,14 +197,30 @@ pub async fn list_assessments(
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let cursor = page_bounds(q.limit, q.after)?;
-    if q.revision.is_some_and(|r| r < 1) {
-        return Err(ApiError::field("revision", "must be at least 1"));
-    }
+    check_revision(q.revision)?;
     let id = path.into_inner();
     let rows = public_read(&state, bearer, move |conn| {
-        store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-        Ok(store::assessments(conn, id, q.revision, cursor)?)
+        page(conn, id, q.revision, cursor)
     })
     .await?;
     page_json(&cursor.page(rows, |a| a.id))
+}
+
+/// The `revision` filter of the assessment list (REST and MCP).
+pub fn check_revision(revision: Option<i64>) -> ApiResult<()> {
+    if revision.is_some_and(|r| r < 1) {
+        return Err(ApiError::field("revision", "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// A page of a contribution's assessments (REST and MCP).
+pub fn page(
+    conn: &mut diesel::PgConnection,
+    id: i64,
+    revision: Option<i64>,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<Assessment>> {
+    store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+    Ok(store::assessments(conn, id, revision, cursor)?)
 }

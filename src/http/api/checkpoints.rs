@@ -223,9 +223,11 @@ pub async fn get_checkpoint(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let checkpoint = public_read(&state, bearer, move |conn| {
-        store::checkpoint(conn, id)?.ok_or_else(|| ApiError::not_found("Checkpoint").into())
-    })
-    .await?;
+    let checkpoint = public_read(&state, bearer, move |conn| read(conn, id)).await?;
     ok_json(&checkpoint)
+}
+
+/// A checkpoint (REST and MCP).
+pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Checkpoint> {
+    store::checkpoint(conn, id)?.ok_or_else(|| ApiError::not_found("Checkpoint").into())
 }

@@ -16,9 +16,9 @@ use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::domain::revision::Change;
 use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::http::api::public_read;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{ok_json, page_json, write, Reply, State};
-use crate::http::api::{public_list, public_read};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
 use crate::model::verbatim;
@@ -239,17 +239,30 @@ pub async fn list_contributions(
     path: web::Path<String>,
     query: web::Query<ContributionQuery>,
 ) -> ApiResult<HttpResponse> {
-    let q = query.into_inner();
+    let body = list_page(&state, bearer, path.into_inner(), query.into_inner()).await?;
+    Ok(crate::http::api::json_response(
+        actix_web::http::StatusCode::OK,
+        body,
+    ))
+}
+
+/// A page of an orbit's contributions, through the list cache (REST and MCP).
+pub async fn list_page(
+    state: &State,
+    bearer: Bearer,
+    reference: String,
+    q: ContributionQuery,
+) -> ApiResult<actix_web::web::Bytes> {
     let cursor = page_bounds(q.limit, q.after)?;
     let kind = q.kind.map(ContributionKind::as_str);
     let params = format!(
         "kind={kind:?}&problem_id={:?}&task_id={:?}&after={}&limit={}",
         q.problem_id, q.task_id, cursor.after, cursor.limit
     );
-    public_list(
-        &state,
+    crate::http::api::public_list(
+        state,
         bearer,
-        path.into_inner(),
+        reference,
         ListRoute::Contributions,
         params,
         move |conn, orbit_id| {
@@ -279,12 +292,7 @@ pub async fn get_contribution(
     let c = match &state.reads {
         // Anonymous: no token to check, so the read can share a group's statement.
         Some(reads) if !bearer.is_present() => reads.contribution.read(id).await?,
-        _ => {
-            public_read(&state, bearer, move |conn| {
-                Ok(store::contribution(conn, id)?)
-            })
-            .await?
-        }
+        _ => public_read(&state, bearer, move |conn| Ok(read(conn, id)?)).await?,
     };
     ok_json(&c.ok_or_else(|| ApiError::not_found("Contribution"))?)
 }
@@ -442,11 +450,7 @@ pub async fn list_revisions(
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let id = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-        Ok(store::revisions(conn, id, cursor)?)
-    })
-    .await?;
+    let rows = public_read(&state, bearer, move |conn| revisions_page(conn, id, cursor)).await?;
     page_json(&cursor.page(rows, |r| r.revision))
 }
 
@@ -464,11 +468,31 @@ pub async fn get_revision(
     path: web::Path<(i64, i64)>,
 ) -> ApiResult<HttpResponse> {
     let (id, n) = path.into_inner();
-    let r = public_read(&state, bearer, move |conn| {
-        store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-        store::revision(conn, id, n)?
-            .ok_or_else(|| ApiError::not_found("Contribution revision").into())
-    })
-    .await?;
+    let r = public_read(&state, bearer, move |conn| read_revision(conn, id, n)).await?;
     ok_json(&r)
+}
+
+/// A contribution at its current revision, `None` when there is none (REST and MCP).
+pub fn read(conn: &mut diesel::PgConnection, id: i64) -> diesel::QueryResult<Option<Contribution>> {
+    store::contribution(conn, id)
+}
+
+/// A page of a contribution's revisions (REST and MCP).
+pub fn revisions_page(
+    conn: &mut diesel::PgConnection,
+    id: i64,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<crate::store::contributions::ContributionRevision>> {
+    store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+    Ok(store::revisions(conn, id, cursor)?)
+}
+
+/// One revision of a contribution (REST and MCP).
+pub fn read_revision(
+    conn: &mut diesel::PgConnection,
+    id: i64,
+    n: i64,
+) -> TxResult<crate::store::contributions::ContributionRevision> {
+    store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+    store::revision(conn, id, n)?.ok_or_else(|| ApiError::not_found("Contribution revision").into())
 }

@@ -223,6 +223,28 @@ pub struct AcceptedHandoffData {
     pub data: AcceptedHandoff,
 }
 
+/// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`; when the caller is
+/// the one who accepted (it lost the accept's response), also the lease the accept
+/// issued, so it learns it already holds the task.
+pub fn not_pending(h: &HandoffLock, caller: i64) -> ApiError {
+    let mut details = json!({ "current_status": h.status });
+    let mine = h.accepted_by == Some(caller);
+    if h.status == HandoffStatus::Accepted.as_str() {
+        details["accepted_by"] = json!(h.accepted_by);
+        if mine {
+            details["lease_id"] = json!(h.accepted_lease_id);
+            details["lease_version"] = json!(h.accepted_lease_version);
+        }
+    }
+    let message = if mine {
+        "You already accepted this handoff: the task's lease in details (lease_id, \
+         lease_version) was issued to you. Continue the task with it."
+    } else {
+        "This handoff is no longer pending. Choose other work."
+    };
+    ApiError::conflict("handoff_not_pending", message).with_details(details)
+}
+
 /// Resolves a handoff named in a path and checks the caller belongs to its orbit.
 fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxResult<HandoffLock> {
     let h = store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Handoff"))?;
@@ -231,18 +253,14 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 }
 
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
-fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>) -> TxResult<()> {
+/// `caller` is who asks: the one who accepted learns the lease it already holds.
+fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>, caller: i64) -> TxResult<()> {
     let (pending, expired) = (
         HandoffStatus::Pending.as_str(),
         HandoffStatus::Expired.as_str(),
     );
     if h.status != pending && h.status != expired {
-        return Err(ApiError::conflict(
-            "handoff_not_pending",
-            "This handoff is no longer pending. Choose other work.",
-        )
-        .with_details(json!({ "current_status": h.status }))
-        .into());
+        return Err(not_pending(h, caller).into());
     }
     if h.status == expired || h.expires_at <= now {
         return Err(ApiError::conflict(
@@ -334,7 +352,7 @@ pub fn accept(
     }
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
     let h = store::lock(conn, handoff_id)?;
-    still_pending(&h, task.now)?;
+    still_pending(&h, task.now, caller.id())?;
     if !task.is_open() {
         return Err(task_closed(&task.status).into());
     }
@@ -429,7 +447,7 @@ fn end_pending(
     let h = store::peek(conn, handoff_id)?.ok_or(ApiError::internal())?;
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
     let h = store::lock(conn, handoff_id)?;
-    still_pending(&h, task.now)?;
+    still_pending(&h, task.now, caller)?;
     store::finish(conn, handoff_id, status, task.now, None, None, reason)?;
     let (kind, verb) = match status {
         HandoffStatus::Declined => ("handoff.declined", "declined"),
@@ -610,17 +628,7 @@ pub async fn list_handoffs(
     bearer: Bearer,
     query: web::Query<MailboxQuery>,
 ) -> ApiResult<HttpResponse> {
-    let q = query.into_inner();
-    let cursor = page_bounds(q.limit, q.after)?;
-    let outbox = q.mailbox.unwrap_or_default() == MailBox::Outbox;
-    let status = q.status.map(HandoffStatus::as_str);
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        Ok(store::mailbox(conn, caller.id(), outbox, status, cursor)?)
-    })
-    .await?;
-    page_json(&cursor.page(rows, |h| h.id))
+    page_json(&mailbox(&state, bearer, query.into_inner()).await?)
 }
 
 /// Read a handoff.
@@ -637,10 +645,7 @@ pub async fn get_handoff(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let h = public_read(&state, bearer, move |conn| {
-        store::handoff(conn, id)?.ok_or_else(|| ApiError::not_found("Handoff").into())
-    })
-    .await?;
+    let h = public_read(&state, bearer, move |conn| read(conn, id)).await?;
     ok_json(&h)
 }
 
@@ -660,10 +665,39 @@ pub async fn task_handoffs(
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(store::handoffs_of_task(conn, task_id, cursor)?)
+    let rows = public_read(&state, bearer, move |conn| task_page(conn, task_id, cursor)).await?;
+    page_json(&cursor.page(rows, |h| h.id))
+}
+
+/// The caller's inbox or outbox page (REST and MCP).
+pub async fn mailbox(
+    state: &State,
+    bearer: Bearer,
+    q: MailboxQuery,
+) -> ApiResult<crate::model::Page<Handoff>> {
+    let cursor = page_bounds(q.limit, q.after)?;
+    let outbox = q.mailbox.unwrap_or_default() == MailBox::Outbox;
+    let status = q.status.map(HandoffStatus::as_str);
+    let tokens = state.tokens.clone();
+    let rows = db::read(&state.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        Ok(store::mailbox(conn, caller.id(), outbox, status, cursor)?)
     })
     .await?;
-    page_json(&cursor.page(rows, |h| h.id))
+    Ok(cursor.page(rows, |h| h.id))
+}
+
+/// A handoff (REST and MCP).
+pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Handoff> {
+    store::handoff(conn, id)?.ok_or_else(|| ApiError::not_found("Handoff").into())
+}
+
+/// A page of a task's handoffs (REST and MCP).
+pub fn task_page(
+    conn: &mut diesel::PgConnection,
+    task_id: i64,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<Handoff>> {
+    task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+    Ok(store::handoffs_of_task(conn, task_id, cursor)?)
 }

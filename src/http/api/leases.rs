@@ -206,11 +206,7 @@ pub async fn list_leases(
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
-        Ok(store::leases_of_task(conn, task_id, cursor)?)
-    })
-    .await?;
+    let rows = public_read(&state, bearer, move |conn| page(conn, task_id, cursor)).await?;
     page_json(&cursor.page(rows, |l| l.id))
 }
 
@@ -228,10 +224,7 @@ pub async fn get_lease(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let lease = public_read(&state, bearer, move |conn| {
-        store::lease(conn, id)?.ok_or_else(|| ApiError::not_found("Lease").into())
-    })
-    .await?;
+    let lease = public_read(&state, bearer, move |conn| read(conn, id)).await?;
     ok_json(&lease)
 }
 
@@ -487,4 +480,20 @@ pub fn fence_verdict(
         lease_id: held.lease_id,
         expires_at: held.expires_at,
     })
+}
+
+/// A page of a task's leases, its history (REST and MCP).
+pub fn page(
+    conn: &mut diesel::PgConnection,
+    task_id: i64,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<Lease>> {
+    store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+    Ok(store::leases_of_task(conn, task_id, cursor)?)
+}
+
+/// A lease as it is now (REST and MCP): what a replayed acquire's caller reads to
+/// learn whether that lease is still active.
+pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Lease> {
+    store::lease(conn, id)?.ok_or_else(|| ApiError::not_found("Lease").into())
 }

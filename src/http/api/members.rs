@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use crate::db::TxResult;
 use crate::domain::access;
-use crate::domain::auth::Bearer;
-use crate::domain::idempotency::{IdemHeader, Operation};
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::idempotency::{Gate, IdemHeader, Operation};
 use crate::domain::revision::Change;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::orbits::{Empty, MemberWritten, MemberWrittenData};
@@ -46,11 +46,7 @@ pub async fn list_members(
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let reference = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        let orbit = access::resolve(conn, &reference)?;
-        Ok(store::members(conn, orbit.id, cursor)?)
-    })
-    .await?;
+    let rows = public_read(&state, bearer, move |conn| page(conn, &reference, cursor)).await?;
     page_json(&cursor.page(rows, |m| m.contributor.id))
 }
 
@@ -144,70 +140,78 @@ pub async fn put_member(
         IdemHeader::default(),
         &PUT_MEMBER,
         canonical,
-        move |conn, caller, gate| {
-            let orbit = access::resolve(conn, &reference)?;
-            let target = contributors_store::find(conn, target_id)?
-                .ok_or_else(|| ApiError::not_found("Contributor"))?;
-            let caller_role = access::require_member(conn, orbit.id, caller.id())?;
-            if caller_role == Role::Contributor {
-                return Err(forbidden_for(caller_role).into());
-            }
-            let new_role = body.check()?.role;
-            let current = store::role_of(conn, orbit.id, target.id)?;
-            if !may_manage(caller_role, new_role)
-                || current.is_some_and(|c| !may_manage(caller_role, c))
-            {
-                return Err(forbidden_for(caller_role).into());
-            }
-            if let Some(stored) = gate.claim(conn, &[orbit.id, target.id])? {
-                return Ok(Reply::replayed(stored));
-            }
-            check_last_owner(conn, orbit.id, current, Some(new_role))?;
-            let added = store::upsert_member(conn, orbit.id, target.id, new_role)?;
-            let (kind, summary) = if added {
-                (
-                    "member.added",
-                    format!("contributor {} added as {}", target.id, new_role.as_str()),
-                )
-            } else {
-                (
-                    "member.updated",
-                    format!(
-                        "contributor {} role {} -> {}",
-                        target.id,
-                        current.map(Role::as_str).unwrap_or("NONE"),
-                        new_role.as_str()
-                    ),
-                )
-            };
-            let orbit_revision = gate.record(
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind,
-                    entity_type: "member",
-                    entity_id: target.id,
-                    task_id: None,
-                    summary,
-                },
-            )?;
-            let member = store::member(conn, orbit.id, target.id)?.ok_or(ApiError::internal())?;
-            let status = if added {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Reply::new(
-                status,
-                &MemberWritten {
-                    member,
-                    orbit_revision,
-                },
-                Some(orbit.id),
-            )
-        },
+        move |conn, caller, gate| put(conn, caller, gate, &reference, target_id, &body),
     )
     .await
+}
+
+/// Adding a member or changing a role, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn put(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    target_id: i64,
+    body: &Body<PutMember>,
+) -> TxResult<Reply> {
+    let orbit = access::resolve(conn, &reference)?;
+    let target = contributors_store::find(conn, target_id)?
+        .ok_or_else(|| ApiError::not_found("Contributor"))?;
+    let caller_role = access::require_member(conn, orbit.id, caller.id())?;
+    if caller_role == Role::Contributor {
+        return Err(forbidden_for(caller_role).into());
+    }
+    let new_role = body.check()?.role;
+    let current = store::role_of(conn, orbit.id, target.id)?;
+    if !may_manage(caller_role, new_role) || current.is_some_and(|c| !may_manage(caller_role, c)) {
+        return Err(forbidden_for(caller_role).into());
+    }
+    if let Some(stored) = gate.claim(conn, &[orbit.id, target.id])? {
+        return Ok(Reply::replayed(stored));
+    }
+    check_last_owner(conn, orbit.id, current, Some(new_role))?;
+    let added = store::upsert_member(conn, orbit.id, target.id, new_role)?;
+    let (kind, summary) = if added {
+        (
+            "member.added",
+            format!("contributor {} added as {}", target.id, new_role.as_str()),
+        )
+    } else {
+        (
+            "member.updated",
+            format!(
+                "contributor {} role {} -> {}",
+                target.id,
+                current.map(Role::as_str).unwrap_or("NONE"),
+                new_role.as_str()
+            ),
+        )
+    };
+    let orbit_revision = gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind,
+            entity_type: "member",
+            entity_id: target.id,
+            task_id: None,
+            summary,
+        },
+    )?;
+    let member = store::member(conn, orbit.id, target.id)?.ok_or(ApiError::internal())?;
+    let status = if added {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Reply::new(
+        status,
+        &MemberWritten {
+            member,
+            orbit_revision,
+        },
+        Some(orbit.id),
+    )
 }
 
 /// A removed membership.
@@ -253,56 +257,75 @@ pub async fn delete_member(
         IdemHeader::default(),
         &DELETE_MEMBER,
         body.canonical.clone(),
-        move |conn, caller, gate| {
-            let orbit = access::resolve(conn, &reference)?;
-            contributors_store::find(conn, target_id)?
-                .ok_or_else(|| ApiError::not_found("Contributor"))?;
-            let caller_role = access::require_member(conn, orbit.id, caller.id())?;
-            let Some(member) = store::member(conn, orbit.id, target_id)? else {
-                return Err(ApiError::not_found("Membership").into());
-            };
-            let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
-            if target_id != caller.id() && !may_manage(caller_role, current) {
-                return Err(forbidden_for(caller_role).into());
-            }
-            body.check()?;
-            if let Some(stored) = gate.claim(conn, &[orbit.id, target_id])? {
-                return Ok(Reply::replayed(stored));
-            }
-            // Lock order: the member's tasks (inside) before the membership rows.
-            let released = crate::store::tasks::release_member_work(conn, orbit.id, target_id)?;
-            check_last_owner(conn, orbit.id, Some(current), None)?;
-            if !store::delete_member(conn, orbit.id, target_id)? {
-                return Err(ApiError::not_found("Membership").into());
-            }
-            let mut summary = if target_id == caller.id() {
-                format!("contributor {target_id} left")
-            } else {
-                format!("contributor {target_id} removed")
-            };
-            for part in released {
-                summary.push_str("; ");
-                summary.push_str(&part);
-            }
-            let orbit_revision = gate.record(
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "member.removed",
-                    entity_type: "member",
-                    entity_id: target_id,
-                    task_id: None,
-                    summary,
-                },
-            )?;
-            Reply::ok(
-                &MemberRemoved {
-                    member,
-                    orbit_revision,
-                },
-                orbit.id,
-            )
-        },
+        move |conn, caller, gate| remove(conn, caller, gate, &reference, target_id, &body),
     )
     .await
+}
+
+/// Removing a member (or leaving), inside `domain::write::run`'s transaction (REST and MCP).
+pub fn remove(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    target_id: i64,
+    body: &Body<Empty>,
+) -> TxResult<Reply> {
+    let orbit = access::resolve(conn, &reference)?;
+    contributors_store::find(conn, target_id)?.ok_or_else(|| ApiError::not_found("Contributor"))?;
+    let caller_role = access::require_member(conn, orbit.id, caller.id())?;
+    let Some(member) = store::member(conn, orbit.id, target_id)? else {
+        return Err(ApiError::not_found("Membership").into());
+    };
+    let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
+    if target_id != caller.id() && !may_manage(caller_role, current) {
+        return Err(forbidden_for(caller_role).into());
+    }
+    body.check()?;
+    if let Some(stored) = gate.claim(conn, &[orbit.id, target_id])? {
+        return Ok(Reply::replayed(stored));
+    }
+    // Lock order: the member's tasks (inside) before the membership rows.
+    let released = crate::store::tasks::release_member_work(conn, orbit.id, target_id)?;
+    check_last_owner(conn, orbit.id, Some(current), None)?;
+    if !store::delete_member(conn, orbit.id, target_id)? {
+        return Err(ApiError::not_found("Membership").into());
+    }
+    let mut summary = if target_id == caller.id() {
+        format!("contributor {target_id} left")
+    } else {
+        format!("contributor {target_id} removed")
+    };
+    for part in released {
+        summary.push_str("; ");
+        summary.push_str(&part);
+    }
+    let orbit_revision = gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "member.removed",
+            entity_type: "member",
+            entity_id: target_id,
+            task_id: None,
+            summary,
+        },
+    )?;
+    Reply::ok(
+        &MemberRemoved {
+            member,
+            orbit_revision,
+        },
+        orbit.id,
+    )
+}
+
+/// A page of an orbit's members (REST and MCP).
+pub fn page(
+    conn: &mut diesel::PgConnection,
+    reference: &str,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<Member>> {
+    let orbit = access::resolve(conn, reference)?;
+    Ok(store::members(conn, orbit.id, cursor)?)
 }

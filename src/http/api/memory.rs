@@ -170,21 +170,32 @@ pub async fn list_memory_records(
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let cursor = page_bounds(q.limit, q.after)?;
-    if let Some(tag) = &q.tag {
+    check_tag(q.tag.as_deref())?;
+    let reference = path.into_inner();
+    let rows = public_read(&state, bearer, move |conn| {
+        page(conn, &reference, q.tag.as_deref(), cursor)
+    })
+    .await?;
+    page_json(&cursor.page(rows, |m| m.id))
+}
+
+/// The `tag` filter of the memory list (REST and MCP).
+pub fn check_tag(tag: Option<&str>) -> ApiResult<()> {
+    if let Some(tag) = tag {
         let mut e = FieldErrors::default();
         verbatim::text(&mut e, "tag", tag, 1, MAX_TAG_CHARS);
         e.finish()?;
     }
-    let reference = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| {
-        let orbit = access::resolve(conn, &reference)?;
-        Ok(store::records_of_orbit(
-            conn,
-            orbit.id,
-            q.tag.as_deref(),
-            cursor,
-        )?)
-    })
-    .await?;
-    page_json(&cursor.page(rows, |m| m.id))
+    Ok(())
+}
+
+/// A page of an orbit's memory records (REST and MCP).
+pub fn page(
+    conn: &mut diesel::PgConnection,
+    reference: &str,
+    tag: Option<&str>,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<MemoryRecord>> {
+    let orbit = access::resolve(conn, reference)?;
+    Ok(store::records_of_orbit(conn, orbit.id, tag, cursor)?)
 }

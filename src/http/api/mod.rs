@@ -82,7 +82,7 @@ pub async fn public_list<T, F>(
     route: ListRoute,
     params: String,
     page: F,
-) -> ApiResult<HttpResponse>
+) -> ApiResult<Bytes>
 where
     T: Serialize + Send + 'static,
     F: FnOnce(&mut PgConnection, i64) -> QueryResult<Option<(crate::model::Page<T>, Stamp)>>
@@ -111,11 +111,11 @@ where
     })
     .await?;
     match read {
-        Read::Hit(body) => Ok(json_response(StatusCode::OK, body)),
+        Read::Hit(body) => Ok(body),
         Read::Miss(key, rows, stamp) => {
             let body = Bytes::from(page_bytes(&rows)?);
             state.list_cache.put(key, stamp, body.clone());
-            Ok(json_response(StatusCode::OK, body))
+            Ok(body)
         }
     }
 }

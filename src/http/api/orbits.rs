@@ -107,47 +107,53 @@ pub async fn create_orbit(
         key,
         &CREATE_ORBIT,
         canonical,
-        move |conn, caller, gate| {
-            let value = body.check()?;
-            if let Some(stored) = gate.claim(conn, &[])? {
-                return Ok(Reply::replayed(stored));
-            }
-            let id = store::insert(
-                conn,
-                &value.slug,
-                &value.name,
-                value.description.as_deref().unwrap_or(""),
-                value.join_policy.unwrap_or_default(),
-                caller.id(),
-            )?
-            .ok_or_else(|| {
-                ApiError::conflict("slug_taken", "An orbit with this slug already exists.")
-            })?;
-            let orbit_revision = gate.record(
-                id,
-                caller.id(),
-                Change {
-                    kind: "orbit.created",
-                    entity_type: "orbit",
-                    entity_id: id,
-                    task_id: None,
-                    summary: format!("orbit {} created", value.slug),
-                },
-            )?;
-            let mut orbit = store::find_by_id(conn, id)?.ok_or(ApiError::internal())?;
-            // The orbit is new and not yet visible to others: the change recorded
-            // above, applied as the transaction's last statement, makes it revision 1.
-            orbit.revision += 1;
-            Reply::created(
-                &OrbitWritten {
-                    orbit,
-                    orbit_revision,
-                },
-                id,
-            )
-        },
+        move |conn, caller, gate| create(conn, caller, gate, &body),
     )
     .await
+}
+
+/// Creating an orbit, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    body: &Body<CreateOrbit>,
+) -> TxResult<Reply> {
+    let value = body.check()?;
+    if let Some(stored) = gate.claim(conn, &[])? {
+        return Ok(Reply::replayed(stored));
+    }
+    let id = store::insert(
+        conn,
+        &value.slug,
+        &value.name,
+        value.description.as_deref().unwrap_or(""),
+        value.join_policy.unwrap_or_default(),
+        caller.id(),
+    )?
+    .ok_or_else(|| ApiError::conflict("slug_taken", "An orbit with this slug already exists."))?;
+    let orbit_revision = gate.record(
+        id,
+        caller.id(),
+        Change {
+            kind: "orbit.created",
+            entity_type: "orbit",
+            entity_id: id,
+            task_id: None,
+            summary: format!("orbit {} created", value.slug),
+        },
+    )?;
+    let mut orbit = store::find_by_id(conn, id)?.ok_or(ApiError::internal())?;
+    // The orbit is new and not yet visible to others: the change recorded
+    // above, applied as the transaction's last statement, makes it revision 1.
+    orbit.revision += 1;
+    Reply::created(
+        &OrbitWritten {
+            orbit,
+            orbit_revision,
+        },
+        id,
+    )
 }
 
 /// List orbits, ascending by id.

@@ -6,8 +6,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::db::{TxError, TxResult};
 use crate::domain::access;
-use crate::domain::auth::Bearer;
-use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired, Operation};
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::domain::revision::Change;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::public_read;
@@ -89,31 +89,40 @@ pub async fn create_problem(
         key,
         &CREATE_PROBLEM,
         canonical,
-        move |conn, caller, gate| {
-            let orbit = access::resolve(conn, &reference)?;
-            access::require_member(conn, orbit.id, caller.id())?;
-            let value = body.check()?;
-            if let Some(stored) = gate.claim(conn, &[orbit.id])? {
-                return Ok(Reply::replayed(stored));
-            }
-            let id = store::insert(conn, orbit.id, &value.title, &value.statement, caller.id())?;
-            let mut out = written_problem(conn, id)?;
-            let rev = gate.record(
-                orbit.id,
-                caller.id(),
-                Change {
-                    kind: "problem.created",
-                    entity_type: "problem",
-                    entity_id: id,
-                    task_id: None,
-                    summary: format!("problem {id} created"),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::created(&out, orbit.id)
-        },
+        move |conn, caller, gate| create(conn, caller, gate, &reference, &body),
     )
     .await
+}
+
+/// Creating a problem, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: &Body<CreateProblem>,
+) -> TxResult<Reply> {
+    let orbit = access::resolve(conn, &reference)?;
+    access::require_member(conn, orbit.id, caller.id())?;
+    let value = body.check()?;
+    if let Some(stored) = gate.claim(conn, &[orbit.id])? {
+        return Ok(Reply::replayed(stored));
+    }
+    let id = store::insert(conn, orbit.id, &value.title, &value.statement, caller.id())?;
+    let mut out = written_problem(conn, id)?;
+    let rev = gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "problem.created",
+            entity_type: "problem",
+            entity_id: id,
+            task_id: None,
+            summary: format!("problem {id} created"),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit.id)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -147,14 +156,9 @@ pub async fn list_problems(
     let q = query.into_inner();
     let cursor = page_bounds(q.limit, q.after)?;
     let reference = path.into_inner();
+    let status = q.status.map(ProblemStatus::as_str);
     let rows = public_read(&state, bearer, move |conn| {
-        let orbit = access::resolve(conn, &reference)?;
-        Ok(store::problems_of_orbit(
-            conn,
-            orbit.id,
-            q.status.map(ProblemStatus::as_str),
-            cursor,
-        )?)
+        page(conn, &reference, status, cursor)
     })
     .await?;
     page_json(&cursor.page(rows, |p| p.id))
@@ -174,10 +178,7 @@ pub async fn get_problem(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let problem = public_read(&state, bearer, move |conn| {
-        store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem").into())
-    })
-    .await?;
+    let problem = public_read(&state, bearer, move |conn| read(conn, id)).await?;
     ok_json(&problem)
 }
 
@@ -219,35 +220,44 @@ pub async fn set_problem_status(
         key,
         &SET_PROBLEM_STATUS,
         canonical,
-        move |conn, caller, gate| {
-            let orbit_id = store::problem_orbit(conn, problem_id)?
-                .ok_or_else(|| ApiError::not_found("Problem"))?;
-            access::require_role(conn, orbit_id, caller.id(), Role::Maintainer)?;
-            let value = body.check()?;
-            if let Some(stored) = gate.claim(conn, &[problem_id])? {
-                return Ok(Reply::replayed(stored));
-            }
-            let old = store::set_status(conn, problem_id, value.status)?;
-            let mut out = written_problem(conn, problem_id)?;
-            let rev = gate.record(
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "problem.updated",
-                    entity_type: "problem",
-                    entity_id: problem_id,
-                    task_id: None,
-                    summary: format!(
-                        "problem {problem_id} status {old} -> {}",
-                        value.status.as_str()
-                    ),
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::ok(&out, orbit_id)
-        },
+        move |conn, caller, gate| set_status(conn, caller, gate, problem_id, &body),
     )
     .await
+}
+
+/// Setting a problem's status, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn set_status(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    problem_id: i64,
+    body: &Body<SetProblemStatus>,
+) -> TxResult<Reply> {
+    let orbit_id =
+        store::problem_orbit(conn, problem_id)?.ok_or_else(|| ApiError::not_found("Problem"))?;
+    access::require_role(conn, orbit_id, caller.id(), Role::Maintainer)?;
+    let value = body.check()?;
+    if let Some(stored) = gate.claim(conn, &[problem_id])? {
+        return Ok(Reply::replayed(stored));
+    }
+    let old = store::set_status(conn, problem_id, value.status)?;
+    let mut out = written_problem(conn, problem_id)?;
+    let rev = gate.record(
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "problem.updated",
+            entity_type: "problem",
+            entity_id: problem_id,
+            task_id: None,
+            summary: format!(
+                "problem {problem_id} status {old} -> {}",
+                value.status.as_str()
+            ),
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::ok(&out, orbit_id)
 }
 
 /// A problem at a glance, in one request whose cost does not grow with the number
@@ -305,4 +315,20 @@ pub fn overview(conn: &mut diesel::PgConnection, id: i64) -> TxResult<ProblemOve
                 orbit_revision,
             })
         })
+}
+
+/// A page of an orbit's problems (REST and MCP).
+pub fn page(
+    conn: &mut diesel::PgConnection,
+    reference: &str,
+    status: Option<&'static str>,
+    cursor: crate::model::Cursor,
+) -> TxResult<Vec<crate::store::problems::Problem>> {
+    let orbit = access::resolve(conn, reference)?;
+    Ok(store::problems_of_orbit(conn, orbit.id, status, cursor)?)
+}
+
+/// A problem (REST and MCP).
+pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<crate::store::problems::Problem> {
+    store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem").into())
 }

@@ -11,9 +11,9 @@ use crate::domain::fence::{self, Guard, LockMode};
 use crate::domain::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
 use crate::domain::revision::Change;
 use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::http::api::public_read;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{ok_json, write, Reply, State};
-use crate::http::api::{public_list, public_read};
 use crate::http::json::{Body, Validate};
 use crate::model::page_bounds;
 use crate::model::PageMeta;
@@ -169,17 +169,30 @@ pub async fn list_tasks(
     path: web::Path<String>,
     query: web::Query<TaskQuery>,
 ) -> ApiResult<HttpResponse> {
-    let q = query.into_inner();
+    let body = list_page(&state, bearer, path.into_inner(), query.into_inner()).await?;
+    Ok(crate::http::api::json_response(
+        actix_web::http::StatusCode::OK,
+        body,
+    ))
+}
+
+/// A page of an orbit's tasks, through the list cache (REST and MCP).
+pub async fn list_page(
+    state: &State,
+    bearer: Bearer,
+    reference: String,
+    q: TaskQuery,
+) -> ApiResult<actix_web::web::Bytes> {
     let cursor = page_bounds(q.limit, q.after)?;
     let status = q.status.map(TaskStatus::as_str);
     let params = format!(
         "status={status:?}&leased={:?}&after={}&limit={}",
         q.leased, cursor.after, cursor.limit
     );
-    public_list(
-        &state,
+    crate::http::api::public_list(
+        state,
         bearer,
-        path.into_inner(),
+        reference,
         ListRoute::Tasks,
         params,
         move |conn, orbit_id| {
@@ -394,62 +407,71 @@ pub async fn cancel_task(
         key,
         &CANCEL_TASK,
         canonical,
-        move |conn, caller, gate| {
-            let (orbit_id, role) = task_member(conn, task_id, caller.id())?;
-            if role < Role::Maintainer {
-                return Err(ApiError::forbidden(
-                    "insufficient_role",
-                    "Cancelling a task needs the MAINTAINER role or higher.",
-                )
-                .into());
-            }
-            let value = body.check()?;
-            if let Some(stored) = gate.claim(conn, &[task_id])? {
-                return Ok(Reply::replayed(stored));
-            }
-            let task = fence::lock(conn, task_id, LockMode::Update)?;
-            if !task.is_open() {
-                return Err(task_closed(&task.status).into());
-            }
-            let superseded = task.supersede_pending(conn)?;
-            let mut summary = format!("task {task_id} cancelled");
-            if let Some(lease) = &task.open_lease {
-                store::end_lease(conn, lease.id, task.now, "CANCELLED")?;
-                if lease.expires_at > task.now {
-                    summary.push_str(&format!("; lease v{} ended", lease.lease_version));
-                } else {
-                    summary.push_str(&format!("; lease v{} expired", lease.lease_version));
-                }
-            }
-            for h in superseded {
-                summary.push_str(&format!("; handoff {h} superseded"));
-            }
-            store::close_task(
-                conn,
-                task_id,
-                TaskStatus::Cancelled,
-                task.now,
-                None,
-                None,
-                value.reason.as_deref(),
-            )?;
-            let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
-            let rev = gate.record(
-                orbit_id,
-                caller.id(),
-                Change {
-                    kind: "task.cancelled",
-                    entity_type: "task",
-                    entity_id: task_id,
-                    task_id: Some(task_id),
-                    summary,
-                },
-            )?;
-            out.orbit_revision = Some(rev);
-            Reply::ok(&out, orbit_id)
-        },
+        move |conn, caller, gate| cancel(conn, caller, gate, task_id, &body),
     )
     .await
+}
+
+/// Cancelling a task, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn cancel(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    task_id: i64,
+    body: &Body<CancelTask>,
+) -> TxResult<Reply> {
+    let (orbit_id, role) = task_member(conn, task_id, caller.id())?;
+    if role < Role::Maintainer {
+        return Err(ApiError::forbidden(
+            "insufficient_role",
+            "Cancelling a task needs the MAINTAINER role or higher.",
+        )
+        .into());
+    }
+    let value = body.check()?;
+    if let Some(stored) = gate.claim(conn, &[task_id])? {
+        return Ok(Reply::replayed(stored));
+    }
+    let task = fence::lock(conn, task_id, LockMode::Update)?;
+    if !task.is_open() {
+        return Err(task_closed(&task.status).into());
+    }
+    let superseded = task.supersede_pending(conn)?;
+    let mut summary = format!("task {task_id} cancelled");
+    if let Some(lease) = &task.open_lease {
+        store::end_lease(conn, lease.id, task.now, "CANCELLED")?;
+        if lease.expires_at > task.now {
+            summary.push_str(&format!("; lease v{} ended", lease.lease_version));
+        } else {
+            summary.push_str(&format!("; lease v{} expired", lease.lease_version));
+        }
+    }
+    for h in superseded {
+        summary.push_str(&format!("; handoff {h} superseded"));
+    }
+    store::close_task(
+        conn,
+        task_id,
+        TaskStatus::Cancelled,
+        task.now,
+        None,
+        None,
+        value.reason.as_deref(),
+    )?;
+    let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
+    let rev = gate.record(
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "task.cancelled",
+            entity_type: "task",
+            entity_id: task_id,
+            task_id: Some(task_id),
+            summary,
+        },
+    )?;
+    out.orbit_revision = Some(rev);
+    Reply::ok(&out, orbit_id)
 }
 
 pub fn task_closed(status: &str) -> ApiError {

@@ -1,6 +1,25 @@
-//! The MCP tool catalogue: each tool's name, description and input schema (built
-//! from the REST operation's OpenAPI schema), and the one reaction to each refusal
-//! (`recover_for`). The calls are in `tools`.
+//! The MCP tool registry: each tool's name, the REST operations it performs
+//! (`rest`, OpenAPI `operationId`s), its description and its input schema (built
+//! from the REST operation's OpenAPI schema). The calls are in `tools`; the one
+//! reaction to each refusal is `ApiError::recover` (`src/error.rs`).
+//!
+//! The registry is checked against the served routes: a unit test below enumerates
+//! every operation of the generated OpenAPI document and fails for one that no tool
+//! performs and that [`NOT_TOOLS`] does not list with its reason.
+//!
+//! Adding the tool for a new REST route (e.g. `/api/v1/me/webhooks`):
+//! 1. make the route's unit of work (a write) or its read a `pub fn` of its
+//!    `http::api::<resource>` module, called by the handler;
+//! 2. add a `Def` to `DEFS` here: its name, `rest: &["<operationId>"]`, a description
+//!    that names the refusals and their reaction, and its input (`Input::Write` with
+//!    the path arguments, the body's OpenAPI component and the route's `Operation`;
+//!    `Input::Read` with its argument names, new ones in `arg_schema`);
+//! 3. add the call to `tools::call` (parse the arguments like the handler parses the
+//!    request, call the same function);
+//! 4. list the tool in agents.md's tool table (a test compares it with `tools/list`).
+//!
+//! A route that is no agent verb (an SSE stream, an operator's endpoint) goes into
+//! [`NOT_TOOLS`] with a comment that says why.
 
 use std::sync::OnceLock;
 
@@ -9,38 +28,52 @@ use serde_json::{json, Map, Value};
 
 use crate::domain::idempotency::{KeyRule, Operation};
 use crate::http::api::{
-    assessments, checkpoints, contributions, handoffs, leases, memory, orbits, tasks,
+    artifacts, assessments, checkpoints, contributions, handoffs, leases, members, memory, orbits,
+    problems, tasks,
 };
 
-/// The one right reaction to a refusal, named by its status and code.
-pub fn recover_for(status: u16, code: &str) -> &'static str {
-    match code {
-        "stale_lease_version"
-        | "lease_not_held"
-        | "lease_released"
-        | "lease_expired"
-        | "handed_off"
-        | "task_closed" => "stop_and_report",
-        "lease_conflict" | "handoff_not_pending" | "handoff_expired" => "choose_other_task",
-        "lease_already_held" => "renew_instead",
-        "revision_conflict" => "reread_then_retry",
-        "idempotency_key_in_flight" => "retry_same_key_after",
-        "idempotency_key_reused" => "new_key_for_new_intent",
-        "already_member" => "continue",
-        _ => match status {
-            429 | 503 | 500 => "retry_same_key_after",
-            401 | 403 => "not_permitted",
-            404 => "not_found",
-            // 422 (invalid input), 413 (too large), 409 slug_taken / last_owner:
-            // something in the call must change.
-            _ => "fix_input",
-        },
-    }
-}
+/// REST operations with no tool, each with the reason it is no agent verb.
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "read by the test that checks the registry against the routes"
+    )
+)]
+pub const NOT_TOOLS: &[(&str, &str)] = &[
+    // Registration gives the token that MCP needs: it is done over REST, before MCP.
+    ("register_agent", "registration gives the token MCP needs"),
+    (
+        "register_contributor",
+        "registration gives the token MCP needs",
+    ),
+    // A token must never enter a model's context through a tool result.
+    ("list_tokens", "credential management stays on REST"),
+    ("create_token", "credential management stays on REST"),
+    ("revoke_token", "credential management stays on REST"),
+    // Raw bytes with their own media type: get_artifact gives the metadata and the path.
+    ("get_artifact_content", "raw bytes, not a JSON result"),
+    // The guide itself, read before connecting; MCP's `initialize` has its summary.
+    ("agents_md", "the guide, read before connecting"),
+    // Operators' endpoints.
+    ("healthz", "liveness probe for operators"),
+    ("readyz", "readiness probe for operators"),
+    ("metrics", "Prometheus metrics for operators"),
+];
 
 /// One tool: its name, what it is for, and how its input is shaped.
 struct Def {
     name: &'static str,
+    /// The REST operations (OpenAPI `operationId`s) this tool performs, through the
+    /// same domain function; empty for a tool that is no one route (`find_work`).
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the test that checks the registry against the routes"
+        )
+    )]
+    rest: &'static [&'static str],
     description: &'static str,
     input: Input,
 }
@@ -69,6 +102,7 @@ returns the first result and does nothing twice; the same key with other argumen
 static DEFS: &[Def] = &[
     Def {
         name: "whoami",
+        rest: &["me"],
         description: "Who you are: your contributor (id, type, name, model_claim) and the orbits \
 you are a member of, with your role in each. Call this first.",
         input: Input::Read {
@@ -78,6 +112,7 @@ you are a member of, with your role in each. Call this first.",
     },
     Def {
         name: "list_orbits",
+        rest: &["list_orbits"],
         description: "List orbits (shared workspaces), ascending by id. For the next page pass \
 meta.next_after as `after`; it is null on the last page. Join one with join_orbit.",
         input: Input::Read {
@@ -87,6 +122,7 @@ meta.next_after as `after`; it is null on the last page. Join one with join_orbi
     },
     Def {
         name: "join_orbit",
+        rest: &["join_orbit"],
         description: "Join an OPEN orbit as CONTRIBUTOR; you need membership to write in an \
 orbit. Refusals: already_member (you are in: continue), invite_only (not_permitted: a \
 MAINTAINER must add you).",
@@ -98,6 +134,7 @@ MAINTAINER must add you).",
     },
     Def {
         name: "find_work",
+        rest: &[],
         description: "Find work: OPEN tasks that nobody holds a lease on, in your orbits (or in \
 `orbit` only), and the PENDING handoffs in your inbox (offered to you, or open handoffs in \
 your orbits that you did not give). Then take a task with acquire_lease, or a handoff with \
@@ -109,6 +146,7 @@ accept_handoff.",
     },
     Def {
         name: "get_task",
+        rest: &["get_task"],
         description: "Read a task: status (OPEN, COMPLETED, CANCELLED), lease_version (the \
 highest version ever issued) and active_lease (or null).",
         input: Input::Read {
@@ -118,6 +156,7 @@ highest version ever issued) and active_lease (or null).",
     },
     Def {
         name: "create_task",
+        rest: &["create_task"],
         description: "Create a task in an orbit you are a member of (title 1..200 characters, \
 description up to 20000).",
         input: Input::Write {
@@ -128,6 +167,7 @@ description up to 20000).",
     },
     Def {
         name: "acquire_lease",
+        rest: &["acquire_lease"],
         description: "Take the lease on an OPEN task, so that only you write progress for it. \
 Remember the returned lease `id`, `lease_version` and `expires_at`: pass that lease_version to \
 every lease-protected tool. duration_seconds 60..3600 (default 900). Refusals: lease_conflict \
@@ -141,6 +181,7 @@ details.lease_id), task_closed and handed_off (stop_and_report).",
     },
     Def {
         name: "renew_lease",
+        rest: &["renew_lease"],
         description: "Extend the lease you hold before it expires (e.g. when a third of its \
 duration is left): expires_at moves to now + duration_seconds (60..3600, default 900), the \
 lease_version stays. Each renewal is a new action: new idempotency_key. A lease refusal \
@@ -153,6 +194,7 @@ lease_version stays. Each renewal is a new action: new idempotency_key. A lease 
     },
     Def {
         name: "release_lease",
+        rest: &["release_lease"],
         description: "Give the task back without finishing it: your lease ends and the task is \
 free for others. Write a checkpoint first.",
         input: Input::Write {
@@ -163,6 +205,7 @@ free for others. Write a checkpoint first.",
     },
     Def {
         name: "check_fence",
+        rest: &["check_fence"],
         description: "Call right before an irreversible effect outside this service (sending a \
 message, deploying, paying). verdict PROCEED: your lease still lets you act. A refusal: do not \
 perform the effect (stop_and_report). Writes nothing; takes no idempotency_key.",
@@ -173,6 +216,7 @@ perform the effect (stop_and_report). Writes nothing; takes no idempotency_key."
     },
     Def {
         name: "write_checkpoint",
+        rest: &["create_checkpoint"],
         description: "Save progress on the task whose lease you hold: a summary (what is done, \
 what is next) and a JSON state (at most 64 KiB) from which another agent could resume. Do it \
 regularly and always before you stop, hand off or release.",
@@ -184,6 +228,7 @@ regularly and always before you stop, hand off or release.",
     },
     Def {
         name: "list_checkpoints",
+        rest: &["list_checkpoints"],
         description: "Read a task's checkpoints, oldest first (sequence 1, 2, 3...). To resume a \
 handoff, read the one named by the handoff's checkpoint_id.",
         input: Input::Read {
@@ -193,6 +238,7 @@ handoff, read the one named by the handoff's checkpoint_id.",
     },
     Def {
         name: "offer_handoff",
+        rest: &["offer_handoff"],
         description: "Hand the task whose lease you hold to another member (to_contributor_id) \
 or to any other member (leave it out), resuming from one of its checkpoints. While the handoff \
 is PENDING you are fenced: stop working on the task. expires_in_seconds 60..86400 (default \
@@ -205,6 +251,7 @@ is PENDING you are fenced: stop working on the task. expires_in_seconds 60..8640
     },
     Def {
         name: "accept_handoff",
+        rest: &["accept_handoff"],
         description: "Accept a handoff offered to you (or an open one): the giver's lease ends \
 and you get a new lease (a new lease_version) on the task. Then read the handoff's checkpoint \
 (list_checkpoints) and continue the lease loop with your new lease. duration_seconds 60..3600 \
@@ -218,6 +265,7 @@ choose_other_task.",
     },
     Def {
         name: "decline_handoff",
+        rest: &["decline_handoff"],
         description: "Decline a handoff offered to you by name, with an optional reason. The \
 giver is no longer fenced.",
         input: Input::Write {
@@ -228,6 +276,7 @@ giver is no longer fenced.",
     },
     Def {
         name: "withdraw_handoff",
+        rest: &["withdraw_handoff"],
         description: "Withdraw a pending handoff you offered.",
         input: Input::Write {
             path: &["handoff_id"],
@@ -237,6 +286,7 @@ giver is no longer fenced.",
     },
     Def {
         name: "handoff_inbox",
+        rest: &["list_handoffs"],
         description: "Your handoff inbox: handoffs offered to you, and open handoffs in your \
 orbits that you did not give, ascending by id. `status` filters (e.g. PENDING).",
         input: Input::Read {
@@ -246,6 +296,7 @@ orbits that you did not give, ascending by id. `status` filters (e.g. PENDING)."
     },
     Def {
         name: "complete_task",
+        rest: &["complete_task"],
         description: "Complete the task whose lease you hold: it becomes COMPLETED and your \
 lease ends. Optional summary and result_contribution_id (a contribution of the same orbit).",
         input: Input::Write {
@@ -256,6 +307,7 @@ lease ends. Optional summary and result_contribution_id (a contribution of the s
     },
     Def {
         name: "create_contribution",
+        rest: &["create_contribution"],
         description: "Post a contribution in an orbit (revision 1): kind ATTEMPT, OBSERVATION, \
 CLAIM, QUESTION or NOTE; title and body stored verbatim; optional problem_id, task_id and \
 artifact_ids of the same orbit. Attempts and observations are not verified claims.",
@@ -267,6 +319,7 @@ artifact_ids of the same orbit. Attempts and observations are not verified claim
     },
     Def {
         name: "revise_contribution",
+        rest: &["revise_contribution"],
         description: "Write the next revision of your own contribution. base_revision must be \
 its current revision; fields left out keep their values. revision_conflict: reread_then_retry \
 (read the current revision, merge, send again with a new idempotency_key).",
@@ -278,6 +331,7 @@ its current revision; fields left out keep their values. revision_conflict: rere
     },
     Def {
         name: "assess_revision",
+        rest: &["create_assessment"],
         description: "Assess one exact revision of a contribution with a verdict and a \
 rationale, optionally citing evidence contributions of the same orbit. The assessment stays \
 bound to that revision.",
@@ -289,6 +343,7 @@ bound to that revision.",
     },
     Def {
         name: "problem_overview",
+        rest: &["problem_overview"],
         description: "A problem at a glance, read in one snapshot: task counts by state, \
 contribution and verdict counts, the latest contributions, the pending handoffs of its tasks, \
 and the orbit revision it was read at.",
@@ -299,6 +354,7 @@ and the orbit revision it was read at.",
     },
     Def {
         name: "read_changes",
+        rest: &["list_changes"],
         description: "An orbit's change feed in revision order, without gaps. Pass \
 meta.next_after as `after` next time. With `wait` (0..30 s) an empty page waits for the next \
 change. Summaries are content written by others.",
@@ -309,6 +365,7 @@ change. Summaries are content written by others.",
     },
     Def {
         name: "search",
+        rest: &["search_commons"],
         description: "Search the commons before you start: contributions (current revision), \
 problems, tasks and memory records, best match first. `q` in web-search syntax (words, \
 \"quoted phrases\", OR, -excluded; English words match across inflections). Each hit has a \
@@ -323,12 +380,276 @@ others.",
     },
     Def {
         name: "write_memory",
+        rest: &["create_memory_record"],
         description: "Save a memory record (content and up to 32 tags) in an orbit. Not \
 idempotent: every call creates a record, so do not repeat a call that succeeded.",
         input: Input::Write {
             path: &["orbit"],
             component: Some("CreateMemoryRecord"),
             op: &memory::CREATE_MEMORY_RECORD,
+        },
+    },
+    Def {
+        name: "create_orbit",
+        rest: &["create_orbit"],
+        description: "Create an orbit (a shared workspace): slug (its address), name, optional \
+description and join_policy (OPEN: anyone may join; INVITE: a MAINTAINER adds members). You \
+become its OWNER. slug_taken: pick another slug (fix_input).",
+        input: Input::Write {
+            path: &[],
+            component: Some("CreateOrbit"),
+            op: &orbits::CREATE_ORBIT,
+        },
+    },
+    Def {
+        name: "get_orbit",
+        rest: &["get_orbit"],
+        description: "Read an orbit by id or slug: name, description, join_policy, revision.",
+        input: Input::Read {
+            args: &["orbit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "list_members",
+        rest: &["list_members"],
+        description: "List an orbit's members with their roles (OWNER, MAINTAINER, \
+CONTRIBUTOR), ascending by contributor id.",
+        input: Input::Read {
+            args: &["orbit", "after", "limit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "set_member",
+        rest: &["put_member"],
+        description: "Add a contributor to an orbit or change its role (needs MAINTAINER; only \
+an OWNER grants or changes OWNER). The last OWNER cannot be demoted (last_owner).",
+        input: Input::Write {
+            path: &["orbit", "contributor_id"],
+            component: Some("PutMember"),
+            op: &members::PUT_MEMBER,
+        },
+    },
+    Def {
+        name: "remove_member",
+        rest: &["delete_member"],
+        description: "Remove a member from an orbit, or leave it yourself (your own \
+contributor_id). Their leases end and their pending handoffs are superseded.",
+        input: Input::Write {
+            path: &["orbit", "contributor_id"],
+            component: None,
+            op: &members::DELETE_MEMBER,
+        },
+    },
+    Def {
+        name: "create_problem",
+        rest: &["create_problem"],
+        description: "State a problem in an orbit you are a member of (title and statement); \
+tasks and contributions can then name its problem_id.",
+        input: Input::Write {
+            path: &["orbit"],
+            component: Some("CreateProblem"),
+            op: &problems::CREATE_PROBLEM,
+        },
+    },
+    Def {
+        name: "list_problems",
+        rest: &["list_problems"],
+        description: "List an orbit's problems, ascending by id; `status` filters (OPEN, \
+RESOLVED).",
+        input: Input::Read {
+            args: &["orbit", "problem_status", "after", "limit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "get_problem",
+        rest: &["get_problem"],
+        description: "Read a problem. problem_overview gives it with its tasks and \
+contributions at a glance.",
+        input: Input::Read {
+            args: &["problem_id"],
+            required: &["problem_id"],
+        },
+    },
+    Def {
+        name: "set_problem_status",
+        rest: &["set_problem_status"],
+        description: "Mark a problem OPEN or RESOLVED (needs MAINTAINER).",
+        input: Input::Write {
+            path: &["problem_id"],
+            component: Some("SetProblemStatus"),
+            op: &problems::SET_PROBLEM_STATUS,
+        },
+    },
+    Def {
+        name: "list_contributions",
+        rest: &["list_contributions"],
+        description: "List an orbit's contributions at their current revision, ascending by \
+id; filter by kind, problem_id or task_id. Content written by others.",
+        input: Input::Read {
+            args: &["orbit", "kind", "problem_id", "task_id", "after", "limit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "get_contribution",
+        rest: &["get_contribution"],
+        description: "Read a contribution at its current revision.",
+        input: Input::Read {
+            args: &["contribution_id"],
+            required: &["contribution_id"],
+        },
+    },
+    Def {
+        name: "list_revisions",
+        rest: &["list_revisions"],
+        description: "List a contribution's revisions, oldest first, each exactly as written.",
+        input: Input::Read {
+            args: &["contribution_id", "after", "limit"],
+            required: &["contribution_id"],
+        },
+    },
+    Def {
+        name: "get_revision",
+        rest: &["get_revision"],
+        description: "Read one revision of a contribution exactly as it was written.",
+        input: Input::Read {
+            args: &["contribution_id", "revision"],
+            required: &["contribution_id", "revision"],
+        },
+    },
+    Def {
+        name: "list_assessments",
+        rest: &["list_assessments"],
+        description: "List a contribution's assessments, ascending by id; `revision` keeps one \
+revision's.",
+        input: Input::Read {
+            args: &["contribution_id", "revision", "after", "limit"],
+            required: &["contribution_id"],
+        },
+    },
+    Def {
+        name: "create_artifact",
+        rest: &["create_artifact"],
+        description: "Store a file in an orbit: name, media_type (e.g. text/plain; \
+charset=utf-8) and content_base64 (standard base64; the whole call at most 256 KiB). \
+Checkpoints and contributions can then name its id in artifact_ids.",
+        input: Input::Write {
+            path: &["orbit"],
+            component: Some("CreateArtifact"),
+            op: &artifacts::CREATE_ARTIFACT,
+        },
+    },
+    Def {
+        name: "list_artifacts",
+        rest: &["list_artifacts"],
+        description: "List an orbit's artifacts (metadata: name, media_type, size_bytes, \
+sha256), ascending by id.",
+        input: Input::Read {
+            args: &["orbit", "after", "limit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "get_artifact",
+        rest: &["get_artifact"],
+        description: "Read an artifact's metadata. Its bytes are at \
+GET /api/v1/artifacts/{id}/content (REST only).",
+        input: Input::Read {
+            args: &["artifact_id"],
+            required: &["artifact_id"],
+        },
+    },
+    Def {
+        name: "list_memory",
+        rest: &["list_memory_records"],
+        description: "List an orbit's memory records, ascending by id; `tag` keeps those \
+with that tag. Content written by others.",
+        input: Input::Read {
+            args: &["orbit", "tag", "after", "limit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "list_tasks",
+        rest: &["list_tasks"],
+        description: "List an orbit's tasks, ascending by id; `status` (OPEN, COMPLETED, \
+CANCELLED) and `leased` (true: someone holds an active lease) filter. find_work lists the \
+OPEN unleased ones of all your orbits.",
+        input: Input::Read {
+            args: &["orbit", "task_status", "leased", "after", "limit"],
+            required: &["orbit"],
+        },
+    },
+    Def {
+        name: "cancel_task",
+        rest: &["cancel_task"],
+        description: "Cancel a task (needs MAINTAINER), with an optional reason: any lease \
+ends, pending handoffs are superseded, the task is CANCELLED.",
+        input: Input::Write {
+            path: &["task_id"],
+            component: Some("CancelTask"),
+            op: &tasks::CANCEL_TASK,
+        },
+    },
+    Def {
+        name: "get_lease",
+        rest: &["get_lease"],
+        description: "Read a lease as it is now: is_active, expires_at, end_reason. After a \
+replayed acquire_lease (or any result you are unsure is current), read this: a replay \
+returns the lease as it was when first acquired.",
+        input: Input::Read {
+            args: &["lease_id"],
+            required: &["lease_id"],
+        },
+    },
+    Def {
+        name: "list_leases",
+        rest: &["list_leases"],
+        description: "A task's lease history, oldest first.",
+        input: Input::Read {
+            args: &["task_id", "after", "limit"],
+            required: &["task_id"],
+        },
+    },
+    Def {
+        name: "get_checkpoint",
+        rest: &["get_checkpoint"],
+        description: "Read one checkpoint: summary, state, state_hash, artifact_ids. To resume \
+an accepted handoff, read the checkpoint named by its checkpoint_id.",
+        input: Input::Read {
+            args: &["checkpoint_id"],
+            required: &["checkpoint_id"],
+        },
+    },
+    Def {
+        name: "get_handoff",
+        rest: &["get_handoff"],
+        description: "Read one handoff: status, message, checkpoint_id, from/to, accepted_by.",
+        input: Input::Read {
+            args: &["handoff_id"],
+            required: &["handoff_id"],
+        },
+    },
+    Def {
+        name: "list_handoffs",
+        rest: &["list_handoffs"],
+        description: "Your handoffs: `box` inbox (default; offered to you, and open handoffs in \
+your orbits you did not give) or outbox (given by you); `status` filters.",
+        input: Input::Read {
+            args: &["box", "status", "after", "limit"],
+            required: &[],
+        },
+    },
+    Def {
+        name: "list_task_handoffs",
+        rest: &["task_handoffs"],
+        description: "A task's handoffs, oldest first.",
+        input: Input::Read {
+            args: &["task_id", "after", "limit"],
+            required: &["task_id"],
         },
     },
 ];
@@ -346,6 +667,41 @@ fn arg_schema(name: &str) -> (&'static str, Value) {
         "handoff_id" => ("handoff_id", id("handoff")),
         "contribution_id" => ("contribution_id", id("contribution")),
         "problem_id" => ("problem_id", id("problem")),
+        "contributor_id" => ("contributor_id", id("contributor")),
+        "artifact_id" => ("artifact_id", id("artifact")),
+        "checkpoint_id" => ("checkpoint_id", id("checkpoint")),
+        "task_status" => (
+            "status",
+            json!({"type": "string", "enum": ["OPEN", "COMPLETED", "CANCELLED"],
+                   "description": "Only tasks with this status."}),
+        ),
+        "problem_status" => (
+            "status",
+            json!({"type": "string", "enum": ["OPEN", "RESOLVED"],
+                   "description": "Only problems with this status."}),
+        ),
+        "leased" => (
+            "leased",
+            json!({"type": "boolean",
+                   "description": "true: only tasks someone holds an active lease on; false: \
+only those nobody does."}),
+        ),
+        "kind" => (
+            "kind",
+            json!({"type": "string",
+                   "enum": ["ATTEMPT", "OBSERVATION", "CLAIM", "QUESTION", "NOTE"],
+                   "description": "Only contributions of this kind."}),
+        ),
+        "tag" => (
+            "tag",
+            json!({"type": "string", "minLength": 1, "maxLength": 64,
+                   "description": "Only records with this tag."}),
+        ),
+        "box" => (
+            "box",
+            json!({"type": "string", "enum": ["inbox", "outbox"],
+                   "description": "inbox (default) or outbox."}),
+        ),
         "revision" => (
             "revision",
             json!({"type": "integer", "minimum": 1,
@@ -548,40 +904,63 @@ mod tests {
         assert_eq!(catalogue().len(), DEFS.len());
     }
 
+    /// Every served REST operation has a tool, or a reason in NOT_TOOLS; every tool
+    /// names operations that exist; a writing tool's key scope is its route's.
     #[test]
-    fn recovery_follows_the_issue_table() {
-        for code in [
-            "stale_lease_version",
-            "lease_not_held",
-            "lease_released",
-            "lease_expired",
-            "handed_off",
-            "task_closed",
-        ] {
-            assert_eq!(recover_for(409, code), "stop_and_report");
+    fn every_rest_route_has_a_tool_or_a_reason() {
+        let doc = serde_json::to_value(crate::http::routes::openapi()).expect("openapi");
+        let mut served: Vec<(String, String, String)> = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                if let Some(id) = op.get("operationId").and_then(Value::as_str) {
+                    served.push((id.to_owned(), method.to_uppercase(), path.clone()));
+                }
+            }
         }
-        for code in ["lease_conflict", "handoff_not_pending", "handoff_expired"] {
-            assert_eq!(recover_for(409, code), "choose_other_task");
+        assert!(served.len() > 40, "too few operations: {}", served.len());
+        let names: std::collections::HashSet<&str> = DEFS.iter().map(|d| d.name).collect();
+        assert_eq!(names.len(), DEFS.len(), "two tools share a name");
+        let mut missing = Vec::new();
+        for (id, method, path) in &served {
+            let tools: Vec<&str> = DEFS
+                .iter()
+                .filter(|d| d.rest.contains(&id.as_str()))
+                .map(|d| d.name)
+                .collect();
+            let excused = NOT_TOOLS.iter().any(|(n, _)| n == id);
+            if tools.is_empty() && !excused {
+                missing.push(format!("{method} {path} ({id})"));
+            }
+            assert!(
+                tools.is_empty() || !excused,
+                "{id} has a tool and is in NOT_TOOLS"
+            );
         }
-        assert_eq!(recover_for(409, "lease_already_held"), "renew_instead");
-        assert_eq!(recover_for(409, "revision_conflict"), "reread_then_retry");
-        assert_eq!(
-            recover_for(409, "idempotency_key_in_flight"),
-            "retry_same_key_after"
+        assert!(
+            missing.is_empty(),
+            "REST operations without an MCP tool (add a Def, or a reason in NOT_TOOLS): {missing:?}"
         );
-        assert_eq!(recover_for(429, "rate_limited"), "retry_same_key_after");
-        assert_eq!(
-            recover_for(503, "service_unavailable"),
-            "retry_same_key_after"
-        );
-        assert_eq!(
-            recover_for(409, "idempotency_key_reused"),
-            "new_key_for_new_intent"
-        );
-        assert_eq!(recover_for(422, "validation_failed"), "fix_input");
-        assert_eq!(recover_for(422, "idempotency_key_required"), "fix_input");
-        assert_eq!(recover_for(401, "unauthorized"), "not_permitted");
-        assert_eq!(recover_for(403, "not_a_member"), "not_permitted");
-        assert_eq!(recover_for(404, "not_found"), "not_found");
+        for (n, _) in NOT_TOOLS {
+            assert!(
+                served.iter().any(|(id, ..)| id == n),
+                "NOT_TOOLS names {n}, which is not served"
+            );
+        }
+        for d in DEFS {
+            for id in d.rest {
+                let route = served.iter().find(|(s, ..)| s == id);
+                let Some((_, method, path)) = route else {
+                    panic!("{}: no REST operation {id}", d.name);
+                };
+                if let Input::Write { op, .. } = &d.input {
+                    assert_eq!(
+                        (op.method, op.template),
+                        (method.as_str(), path.as_str()),
+                        "{}: its Operation is not its route's",
+                        d.name
+                    );
+                }
+            }
+        }
     }
 }

@@ -48,8 +48,6 @@ use crate::http::api::State;
 use crate::http::json::MAX_BODY_BYTES;
 use crate::http::state::AppState;
 
-pub use catalogue::recover_for;
-
 /// Where the MCP endpoint is mounted.
 pub const PATH: &str = "/mcp";
 
@@ -117,8 +115,36 @@ async fn require_token(
             req.extensions_mut().insert(bearer);
             Ok(next.call(req).await?.map_into_left_body())
         }
-        Err(e) => Ok(req.into_response(e.to_response()).map_into_right_body()),
+        Err(e) => Ok(req.into_response(auth_refusal(&e)).map_into_right_body()),
     }
+}
+
+/// JSON-RPC error code of a request refused before any MCP message was read (an
+/// implementation-defined server error, -32000..-32099).
+pub const AUTH_ERROR_CODE: i64 = -32001;
+
+/// A refusal of `require_token`: the HTTP status and headers of the REST error
+/// (401 with `WWW-Authenticate: Bearer`, 429 with `Retry-After`, 503), and a JSON-RPC
+/// error body that carries our message, so an MCP client shows it (the official
+/// Python SDK surfaces a JSON-RPC error body at any status). `data` has the REST
+/// envelope's fields and `recover`.
+fn auth_refusal(e: &ApiError) -> HttpResponse {
+    let mut data = json!({
+        "status": e.status.as_u16(),
+        "code": e.body.code,
+        "message": e.body.message,
+        "recover": e.recover(),
+    });
+    if let Some(details) = &e.body.details {
+        data["details"] = details.clone();
+    }
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": Value::Null,
+        "error": {"code": AUTH_ERROR_CODE, "message": e.body.message, "data": data},
+    });
+    e.to_response()
+        .set_body(actix_web::body::BoxBody::new(body.to_string()))
 }
 
 /// A JSON-RPC error response (`id` null when the message has none we could read).
@@ -213,7 +239,8 @@ async fn authenticate(req: &ServiceRequest) -> ApiResult<Bearer> {
     let bearer = Bearer::from_request(req.request(), &mut Payload::None).into_inner()?;
     if !bearer.is_present() {
         return Err(ApiError::unauthorized(
-            "The MCP endpoint needs `Authorization: Bearer <token>`.",
+            "The MCP endpoint needs `Authorization: Bearer <token>`: register with \
+             POST /api/v1/agents and send the token it returns.",
         ));
     }
     let state = req
@@ -322,10 +349,12 @@ fn success(done: Done) -> CallToolResult {
 fn refusal(e: &ApiError) -> CallToolResult {
     let code = e.body.code.as_str();
     let status = e.status.as_u16();
-    let recover = recover_for(status, code);
+    let recover = e.recover();
     // For the lease codes the reaction is to stop: the message says only that, never
     // how the fence could be lifted.
-    let message = if recover == "stop_and_report" {
+    let message = if let Some(words) = crate::domain::idempotency::tool_message(code) {
+        words.to_owned()
+    } else if recover == "stop_and_report" {
         format!(
             "Your lease no longer lets you work on this task ({code}). Stop working on it \
              and report what you have."

@@ -19,13 +19,12 @@ use crate::db::{self, TxResult};
 use crate::domain::access;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, Operation};
-use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::error::{ApiError, ApiResult};
 use crate::http::api::{
-    assessments, changes, checkpoints, contributions, handoffs, leases, memory, orbits, problems,
-    tasks, Reply, State,
+    artifacts, assessments, changes, checkpoints, contributions, handoffs, leases, members, memory,
+    orbits, problems, tasks, Reply, State,
 };
 use crate::http::json::{Body, Validate};
-use crate::model::page_bounds;
 use crate::model::{Cursor, PageParams};
 use crate::store::contributors as contributor_store;
 use crate::store::handoffs::{self as handoff_store, HandoffStatus};
@@ -83,11 +82,7 @@ impl Args {
 
     /// The remaining arguments as a query (unknown ones refused).
     fn query<T: DeserializeOwned>(self) -> ApiResult<T> {
-        serde_json::from_value(Value::Object(self.0)).map_err(|e| {
-            let mut errors = FieldErrors::default();
-            errors.add("arguments", e.to_string());
-            errors.into_error()
-        })
+        crate::http::json::arguments(Value::Object(self.0))
     }
 }
 
@@ -170,6 +165,32 @@ pub async fn call(
         "read_changes" => read_changes(state, bearer, a).await,
         "write_memory" => write_memory(state, bearer, a).await,
         "search" => search(state, bearer, a).await,
+        "create_orbit" => create_orbit(state, bearer, a).await,
+        "get_orbit" => get_orbit(state, bearer, a).await,
+        "list_members" => list_members(state, bearer, a).await,
+        "set_member" => set_member(state, bearer, a).await,
+        "remove_member" => remove_member(state, bearer, a).await,
+        "create_problem" => create_problem(state, bearer, a).await,
+        "list_problems" => list_problems(state, bearer, a).await,
+        "get_problem" => get_problem(state, bearer, a).await,
+        "set_problem_status" => set_problem_status(state, bearer, a).await,
+        "list_contributions" => list_contributions(state, bearer, a).await,
+        "get_contribution" => get_contribution(state, bearer, a).await,
+        "list_revisions" => list_revisions(state, bearer, a).await,
+        "get_revision" => get_revision(state, bearer, a).await,
+        "list_assessments" => list_assessments(state, bearer, a).await,
+        "create_artifact" => create_artifact(state, bearer, a).await,
+        "list_artifacts" => list_artifacts(state, bearer, a).await,
+        "get_artifact" => get_artifact(state, bearer, a).await,
+        "list_memory" => list_memory(state, bearer, a).await,
+        "list_tasks" => list_tasks(state, bearer, a).await,
+        "cancel_task" => cancel_task(state, bearer, a).await,
+        "get_lease" => get_lease(state, bearer, a).await,
+        "list_leases" => list_leases(state, bearer, a).await,
+        "get_checkpoint" => get_checkpoint(state, bearer, a).await,
+        "get_handoff" => get_handoff(state, bearer, a).await,
+        "list_handoffs" => list_handoffs(state, bearer, a).await,
+        "list_task_handoffs" => list_task_handoffs(state, bearer, a).await,
         _ => return None,
     })
 }
@@ -497,22 +518,18 @@ async fn withdraw_handoff(state: &State, bearer: Bearer, mut a: Args) -> ApiResu
 }
 
 async fn handoff_inbox(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
-    let q: InboxArgs = a.query()?;
-    let cursor = page_bounds(q.limit, q.after)?;
-    let status = q.status.map(HandoffStatus::as_str);
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        Ok(handoff_store::mailbox(
-            conn,
-            caller.id(),
-            false,
-            status,
-            cursor,
-        )?)
-    })
-    .await?;
-    raw(&cursor.page(rows, |h| h.id))
+    let InboxArgs {
+        status,
+        limit,
+        after,
+    } = a.query()?;
+    let q = handoffs::MailboxQuery {
+        mailbox: Some(handoffs::MailBox::Inbox),
+        status,
+        limit,
+        after,
+    };
+    raw(&handoffs::mailbox(state, bearer, q).await?)
 }
 
 async fn create_contribution(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
@@ -602,4 +619,291 @@ async fn search(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
     query.orbit = orbit;
     let page = crate::domain::search::search(state, bearer, query).await?;
     raw(&page)
+}
+
+/// A read through `public_read`, as its REST route reads (token checked if sent).
+async fn read<T, F>(state: &State, bearer: Bearer, f: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
+{
+    crate::http::api::public_read(state, bearer, f).await
+}
+
+fn bytes(body: actix_web::web::Bytes) -> ApiResult<Done> {
+    Ok(Done {
+        body: body.to_vec(),
+        replayed: false,
+    })
+}
+
+async fn create_orbit(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let key = a.key();
+    let body: Body<orbits::CreateOrbit> = a.body();
+    write(
+        state,
+        bearer,
+        key,
+        &orbits::CREATE_ORBIT,
+        body.canonical.clone(),
+        move |conn, caller, gate| orbits::create(conn, caller, gate, &body),
+    )
+    .await
+}
+
+async fn get_orbit(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let NoArgs {} = a.query()?;
+    data(&read(state, bearer, move |conn| access::resolve(conn, &reference)).await?)
+}
+
+async fn list_members(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let cursor = a.query::<PageParams>()?.checked()?;
+    let rows = read(state, bearer, move |conn| {
+        members::page(conn, &reference, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |m| m.contributor.id))
+}
+
+async fn set_member(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let target = a.id("contributor_id")?;
+    // Membership writes ignore keys (as the REST route ignores the header).
+    a.key();
+    let body: Body<members::PutMember> = a.body();
+    write(
+        state,
+        bearer,
+        IdemHeader::default(),
+        &members::PUT_MEMBER,
+        body.canonical.clone(),
+        move |conn, caller, gate| members::put(conn, caller, gate, &reference, target, &body),
+    )
+    .await
+}
+
+async fn remove_member(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let target = a.id("contributor_id")?;
+    a.key();
+    let body: Body<orbits::Empty> = a.body();
+    write(
+        state,
+        bearer,
+        IdemHeader::default(),
+        &members::DELETE_MEMBER,
+        body.canonical.clone(),
+        move |conn, caller, gate| members::remove(conn, caller, gate, &reference, target, &body),
+    )
+    .await
+}
+
+async fn create_problem(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let key = a.key();
+    let body: Body<problems::CreateProblem> = a.body();
+    write(
+        state,
+        bearer,
+        key,
+        &problems::CREATE_PROBLEM,
+        body.canonical.clone(),
+        move |conn, caller, gate| problems::create(conn, caller, gate, &reference, &body),
+    )
+    .await
+}
+
+async fn list_problems(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let q: problems::ProblemQuery = a.query()?;
+    let cursor = crate::model::page_bounds(q.limit, q.after)?;
+    let status = q.status.map(crate::store::problems::ProblemStatus::as_str);
+    let rows = read(state, bearer, move |conn| {
+        problems::page(conn, &reference, status, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |p| p.id))
+}
+
+async fn get_problem(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("problem_id")?;
+    let NoArgs {} = a.query()?;
+    data(&read(state, bearer, move |conn| problems::read(conn, id)).await?)
+}
+
+async fn set_problem_status(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("problem_id")?;
+    let key = a.key();
+    let body: Body<problems::SetProblemStatus> = a.body();
+    write(
+        state,
+        bearer,
+        key,
+        &problems::SET_PROBLEM_STATUS,
+        body.canonical.clone(),
+        move |conn, caller, gate| problems::set_status(conn, caller, gate, id, &body),
+    )
+    .await
+}
+
+async fn list_contributions(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let q: contributions::ContributionQuery = a.query()?;
+    bytes(contributions::list_page(state, bearer, reference, q).await?)
+}
+
+async fn get_contribution(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("contribution_id")?;
+    let NoArgs {} = a.query()?;
+    let c = read(state, bearer, move |conn| {
+        Ok(contributions::read(conn, id)?)
+    })
+    .await?;
+    data(&c.ok_or_else(|| ApiError::not_found("Contribution"))?)
+}
+
+async fn list_revisions(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("contribution_id")?;
+    let cursor = a.query::<PageParams>()?.checked()?;
+    let rows = read(state, bearer, move |conn| {
+        contributions::revisions_page(conn, id, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |r| r.revision))
+}
+
+async fn get_revision(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("contribution_id")?;
+    let n = a.id("revision")?;
+    let NoArgs {} = a.query()?;
+    data(
+        &read(state, bearer, move |conn| {
+            contributions::read_revision(conn, id, n)
+        })
+        .await?,
+    )
+}
+
+async fn list_assessments(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("contribution_id")?;
+    let q: assessments::AssessmentQuery = a.query()?;
+    let cursor = crate::model::page_bounds(q.limit, q.after)?;
+    assessments::check_revision(q.revision)?;
+    let rows = read(state, bearer, move |conn| {
+        assessments::page(conn, id, q.revision, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |x| x.id))
+}
+
+async fn create_artifact(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let key = a.key();
+    let body: Body<artifacts::CreateArtifact> = a.body();
+    let decoded = artifacts::decoded(&body);
+    write(
+        state,
+        bearer,
+        key,
+        &artifacts::CREATE_ARTIFACT,
+        body.canonical.clone(),
+        move |conn, caller, gate| {
+            artifacts::create(conn, caller, gate, &reference, &body, &decoded)
+        },
+    )
+    .await
+}
+
+async fn list_artifacts(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let cursor = a.query::<PageParams>()?.checked()?;
+    let rows = read(state, bearer, move |conn| {
+        artifacts::page(conn, &reference, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |x| x.id))
+}
+
+async fn get_artifact(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("artifact_id")?;
+    let NoArgs {} = a.query()?;
+    data(&read(state, bearer, move |conn| artifacts::read(conn, id)).await?)
+}
+
+async fn list_memory(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let q: memory::MemoryQuery = a.query()?;
+    let cursor = crate::model::page_bounds(q.limit, q.after)?;
+    memory::check_tag(q.tag.as_deref())?;
+    let rows = read(state, bearer, move |conn| {
+        memory::page(conn, &reference, q.tag.as_deref(), cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |m| m.id))
+}
+
+async fn list_tasks(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let reference = a.orbit()?;
+    let q: tasks::TaskQuery = a.query()?;
+    bytes(tasks::list_page(state, bearer, reference, q).await?)
+}
+
+async fn cancel_task(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let task_id = a.id("task_id")?;
+    let key = a.key();
+    let body: Body<tasks::CancelTask> = a.body();
+    write(
+        state,
+        bearer,
+        key,
+        &tasks::CANCEL_TASK,
+        body.canonical.clone(),
+        move |conn, caller, gate| tasks::cancel(conn, caller, gate, task_id, &body),
+    )
+    .await
+}
+
+async fn get_lease(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("lease_id")?;
+    let NoArgs {} = a.query()?;
+    data(&read(state, bearer, move |conn| leases::read(conn, id)).await?)
+}
+
+async fn list_leases(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let task_id = a.id("task_id")?;
+    let cursor = a.query::<PageParams>()?.checked()?;
+    let rows = read(state, bearer, move |conn| {
+        leases::page(conn, task_id, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |l| l.id))
+}
+
+async fn get_checkpoint(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("checkpoint_id")?;
+    let NoArgs {} = a.query()?;
+    data(&read(state, bearer, move |conn| checkpoints::read(conn, id)).await?)
+}
+
+async fn get_handoff(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let id = a.id("handoff_id")?;
+    let NoArgs {} = a.query()?;
+    data(&read(state, bearer, move |conn| handoffs::read(conn, id)).await?)
+}
+
+async fn list_handoffs(state: &State, bearer: Bearer, a: Args) -> ApiResult<Done> {
+    let q: handoffs::MailboxQuery = a.query()?;
+    raw(&handoffs::mailbox(state, bearer, q).await?)
+}
+
+async fn list_task_handoffs(state: &State, bearer: Bearer, mut a: Args) -> ApiResult<Done> {
+    let task_id = a.id("task_id")?;
+    let cursor = a.query::<PageParams>()?.checked()?;
+    let rows = read(state, bearer, move |conn| {
+        handoffs::task_page(conn, task_id, cursor)
+    })
+    .await?;
+    raw(&cursor.page(rows, |h| h.id))
 }

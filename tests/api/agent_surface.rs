@@ -1,0 +1,617 @@
+//! The agent surface (issue 24, API section 17): errors that carry what their one
+//! reaction needs, every invalid field at once, replayed acquires, MCP parity with
+//! REST, and agents.md checked against the server.
+
+use std::collections::BTreeSet;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::harness::{Resp, TestApp};
+use crate::mcp::{call, connect, ok, refused};
+use crate::work::{checkpoint, crew, lease, task};
+
+const GUIDE: &str = include_str!("../../agents.md");
+
+/// Both write paths: the quick lease-cycle writes (default) and the ordinary path
+/// alone. Their refusals must be the same (the quick functions decline, the Rust
+/// fence decides).
+async fn both_paths() -> Vec<TestApp> {
+    vec![
+        TestApp::spawn().await,
+        TestApp::spawn_with(|c| c.quick_writes = false).await,
+    ]
+}
+
+async fn keyed(app: &TestApp, path: &str, token: &str, key: &str, body: Value) -> Resp {
+    app.send(Method::POST, path, Some(token), Some(key), Some(body))
+        .await
+}
+
+#[tokio::test]
+async fn stale_lease_version_says_whether_the_current_lease_is_yours() {
+    for app in both_paths().await {
+        let c = crew(&app, "stale-yours", 1).await;
+        let (a, b) = (&c.owner, &c.members[0]);
+        let t = task(&app, a, c.orbit, "t").await;
+        let (l1, v1) = lease(&app, a, t, 600).await;
+        let r = app
+            .post_keyed(
+                &format!("/api/v1/leases/{l1}/release"),
+                &a.token,
+                json!({"lease_version": v1}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let (l2, v2) = lease(&app, a, t, 600).await;
+        assert_eq!(v2, v1 + 1);
+
+        // The old version of the caller's own task: the current lease is its own.
+        let r = checkpoint(&app, a, t, v1, json!({})).await;
+        r.assert_error(409, "stale_lease_version");
+        assert_eq!(r.json["details"]["current_lease_version"], v2, "{}", r.text);
+        assert_eq!(r.json["details"]["yours"], true, "{}", r.text);
+
+        // Someone else's lease since: not yours.
+        app.post_keyed(
+            &format!("/api/v1/leases/{l2}/release"),
+            &a.token,
+            json!({"lease_version": v2}),
+        )
+        .await;
+        let (_, v3) = lease(&app, b, t, 600).await;
+        let r = checkpoint(&app, a, t, v2, json!({})).await;
+        r.assert_error(409, "stale_lease_version");
+        assert_eq!(r.json["details"]["current_lease_version"], v3, "{}", r.text);
+        assert_eq!(r.json["details"]["yours"], false, "{}", r.text);
+
+        // lease_not_held: the current version, presented by someone else.
+        let r = checkpoint(&app, a, t, v3, json!({})).await;
+        r.assert_error(409, "lease_not_held");
+        assert_eq!(r.json["details"]["current_lease_version"], v3, "{}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn a_lease_version_never_issued_is_422_and_changes_nothing() {
+    for app in both_paths().await {
+        let c = crew(&app, "not-issued", 0).await;
+        let a = &c.owner;
+        let t = task(&app, a, c.orbit, "t").await;
+        let (l, v) = lease(&app, a, t, 600).await;
+        let before = crate::work::orbit_revision(&app, c.orbit).await;
+        let r = checkpoint(&app, a, t, v + 5, json!({})).await;
+        r.assert_error(422, "lease_version_not_issued");
+        assert_eq!(r.json["details"]["current_lease_version"], v, "{}", r.text);
+        for path in [
+            format!("/api/v1/leases/{l}/renew"),
+            format!("/api/v1/leases/{l}/release"),
+            format!("/api/v1/tasks/{t}/complete"),
+            format!("/api/v1/tasks/{t}/fence"),
+        ] {
+            let r = app
+                .post_keyed(&path, &a.token, json!({"lease_version": v + 1}))
+                .await;
+            r.assert_error(422, "lease_version_not_issued");
+        }
+        assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, before);
+        // The lease still works with its real version.
+        checkpoint(&app, a, t, v, json!({}))
+            .await
+            .assert_envelope_ok(201);
+    }
+}
+
+trait OkStatus {
+    fn assert_envelope_ok(&self, status: u16);
+}
+
+impl OkStatus for Resp {
+    #[track_caller]
+    fn assert_envelope_ok(&self, status: u16) {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text);
+    }
+}
+
+/// The lost-accept story: the acceptor lost the answer and its key; an accept with a
+/// new key tells it the task is already its own, with the lease it holds.
+#[tokio::test]
+async fn an_acceptor_that_lost_the_answer_learns_it_holds_the_task() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "lost-accept", 2).await;
+    let (giver, taker, other) = (&c.owner, &c.members[0], &c.members[1]);
+    let t = task(&app, giver, c.orbit, "t").await;
+    let (_, v) = lease(&app, giver, t, 600).await;
+    let ck = checkpoint(&app, giver, t, v, json!({"step": 1})).await;
+    let ck = ck.json["data"]["id"].as_i64().unwrap();
+    let offer = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/handoffs"),
+            &giver.token,
+            json!({"lease_version": v, "checkpoint_id": ck, "message": "open"}),
+        )
+        .await;
+    assert_eq!(offer.status, 201, "{}", offer.text);
+    let h = offer.json["data"]["id"].as_i64().unwrap();
+
+    let path = format!("/api/v1/handoffs/{h}/accept");
+    let first = keyed(&app, &path, &taker.token, "accept-1", json!({})).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let lease_id = first.json["data"]["lease"]["id"].as_i64().unwrap();
+    let lease_version = first.json["data"]["lease"]["lease_version"]
+        .as_i64()
+        .unwrap();
+
+    // Same key: the original answer, replayed.
+    let replay = keyed(&app, &path, &taker.token, "accept-1", json!({})).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.header("idempotency-replayed"), Some("true"));
+    assert_eq!(replay.bytes, first.bytes);
+
+    // A new key: 409, with the lease the caller holds.
+    let again = keyed(&app, &path, &taker.token, "accept-2", json!({})).await;
+    again.assert_error(409, "handoff_not_pending");
+    let d = &again.json["details"];
+    assert_eq!(d["current_status"], "ACCEPTED", "{}", again.text);
+    assert_eq!(d["accepted_by"], taker.id, "{}", again.text);
+    assert_eq!(d["lease_id"], lease_id, "{}", again.text);
+    assert_eq!(d["lease_version"], lease_version, "{}", again.text);
+    assert!(
+        !again.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("Choose other work"),
+        "{}",
+        again.text
+    );
+
+    // Anyone else: who accepted, and no lease of theirs.
+    let third = keyed(&app, &path, &other.token, "accept-3", json!({})).await;
+    third.assert_error(409, "handoff_not_pending");
+    assert_eq!(third.json["details"]["accepted_by"], taker.id);
+    assert!(
+        third.json["details"].get("lease_id").is_none(),
+        "{}",
+        third.text
+    );
+
+    // The taker continues with that lease.
+    checkpoint(&app, taker, t, lease_version, json!({"step": 2}))
+        .await
+        .assert_envelope_ok(201);
+
+    // A withdrawn handoff carries no accepted_by.
+    let t2 = task(&app, giver, c.orbit, "t2").await;
+    let (_, v2) = lease(&app, giver, t2, 600).await;
+    let ck2 = checkpoint(&app, giver, t2, v2, json!({})).await.json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    let h2 = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t2}/handoffs"),
+            &giver.token,
+            json!({"lease_version": v2, "checkpoint_id": ck2, "message": "m"}),
+        )
+        .await
+        .json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    app.post_keyed(
+        &format!("/api/v1/handoffs/{h2}/withdraw"),
+        &giver.token,
+        json!({}),
+    )
+    .await
+    .assert_envelope_ok(200);
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/handoffs/{h2}/accept"),
+            &taker.token,
+            json!({}),
+        )
+        .await;
+    r.assert_error(409, "handoff_not_pending");
+    assert_eq!(r.json["details"]["current_status"], "WITHDRAWN");
+    assert!(r.json["details"].get("accepted_by").is_none(), "{}", r.text);
+}
+
+/// Release, then re-acquire: a replayed acquire is history (marked by
+/// `Idempotency-Replayed`), and `GET /leases/{id}` says what the lease is now.
+#[tokio::test]
+async fn a_replayed_acquire_is_marked_and_the_lease_reads_as_it_is_now() {
+    for app in both_paths().await {
+        let c = crew(&app, "replay-acquire", 0).await;
+        let a = &c.owner;
+        let t = task(&app, a, c.orbit, "t").await;
+        let path = format!("/api/v1/tasks/{t}/leases");
+        let first = keyed(&app, &path, &a.token, "acq-1", json!({})).await;
+        assert_eq!(first.status, 201, "{}", first.text);
+        assert!(first.header("idempotency-replayed").is_none());
+        let id = first.json["data"]["id"].as_i64().unwrap();
+        let v = first.json["data"]["lease_version"].as_i64().unwrap();
+        app.post_keyed(
+            &format!("/api/v1/leases/{id}/release"),
+            &a.token,
+            json!({"lease_version": v}),
+        )
+        .await
+        .assert_envelope_ok(200);
+
+        let replay = keyed(&app, &path, &a.token, "acq-1", json!({})).await;
+        assert_eq!(replay.status, 201);
+        assert_eq!(replay.header("idempotency-replayed"), Some("true"));
+        assert_eq!(
+            replay.json["data"]["is_active"], true,
+            "history, as first answered"
+        );
+        let now = app.get(&format!("/api/v1/leases/{id}"), None).await;
+        assert_eq!(now.json["data"]["is_active"], false, "{}", now.text);
+        assert_eq!(now.json["data"]["end_reason"], "RELEASED", "{}", now.text);
+
+        // Re-acquire with a new key: a new version; the old one is stale, and yours.
+        let (_, v2) = lease(&app, a, t, 600).await;
+        assert_eq!(v2, v + 1);
+        let r = checkpoint(&app, a, t, v, json!({})).await;
+        r.assert_error(409, "stale_lease_version");
+        assert_eq!(r.json["details"]["yours"], true);
+        checkpoint(&app, a, t, v2, json!({}))
+            .await
+            .assert_envelope_ok(201);
+    }
+}
+
+#[tokio::test]
+async fn validation_lists_every_invalid_field_in_plain_words() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "plain-words", 0).await;
+    let a = &c.owner;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{}/tasks", c.orbit),
+            &a.token,
+            json!({"title": 3, "description": ["x"], "problem_id": "seven", "colour": "red"}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    let fields: BTreeSet<&str> = errors.keys().map(String::as_str).collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from(["title", "description", "problem_id", "colour"]),
+        "{}",
+        r.text
+    );
+    assert_eq!(errors["title"][0], "must be a string");
+    assert_eq!(errors["description"][0], "must be a string");
+    assert_eq!(errors["problem_id"][0], "must be a whole number");
+    assert_eq!(errors["colour"][0], "is not a known field");
+    for jargon in ["invalid type", "i64", "expected", "struct", "serde"] {
+        assert!(!r.text.contains(jargon), "{jargon} in {}", r.text);
+    }
+
+    // Missing required fields, all of them, and a type error beside them.
+    let t = task(&app, a, c.orbit, "t").await;
+    let (_, v) = lease(&app, a, t, 600).await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/checkpoints"),
+            &a.token,
+            json!({"artifact_ids": "none"}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    for f in ["lease_version", "summary", "state"] {
+        assert_eq!(errors[f][0], "is required", "{f}: {}", r.text);
+    }
+    assert_eq!(errors["artifact_ids"][0], "must be a list", "{}", r.text);
+
+    // A type error and a rule of the type's own at once.
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/checkpoints"),
+            &a.token,
+            json!({"lease_version": "3", "summary": "", "state": {}}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["lease_version"][0],
+        "must be a whole number"
+    );
+    assert_eq!(
+        r.json["errors"]["summary"][0], "must not be empty",
+        "{}",
+        r.text
+    );
+    let m = r.json["message"].as_str().unwrap();
+    assert!(m.contains("lease_version") && m.contains("summary"), "{m}");
+    // Nothing was written: the lease still takes checkpoint 1.
+    let ok = checkpoint(&app, a, t, v, json!({})).await;
+    assert_eq!(ok.json["data"]["sequence"], 1, "{}", ok.text);
+}
+
+/// The table at the top of agents.md lists every code of `error::CODES`, with its
+/// status and reaction, and no other.
+#[test]
+fn the_guide_lists_every_error_code_with_its_reaction() {
+    let start = GUIDE
+        .find("<!-- error-codes:begin -->")
+        .expect("begin marker");
+    let end = GUIDE.find("<!-- error-codes:end -->").expect("end marker");
+    let mut listed = std::collections::BTreeMap::new();
+    for line in GUIDE[start..end].lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let code = cells[1].trim_matches('`');
+        let status: u16 = cells[2].parse().expect("status");
+        let recover = cells[3].trim_matches('`');
+        assert!(!cells[4].is_empty(), "{code}: no reaction");
+        assert!(
+            listed
+                .insert(code.to_owned(), (status, recover.to_owned()))
+                .is_none(),
+            "{code} listed twice"
+        );
+    }
+    let defined: std::collections::BTreeMap<String, (u16, String)> = orbit_commons::error::CODES
+        .iter()
+        .map(|c| (c.code.to_owned(), (c.status, c.recover.to_owned())))
+        .collect();
+    assert_eq!(
+        listed, defined,
+        "agents.md's error table and error::CODES differ"
+    );
+    // The guide's sections are numbered uniquely.
+    let numbers: Vec<&str> = GUIDE
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .filter_map(|l| l.split_once(". ").map(|(n, _)| n))
+        .filter(|n| n.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    let unique: BTreeSet<&&str> = numbers.iter().collect();
+    assert_eq!(
+        unique.len(),
+        numbers.len(),
+        "section numbers repeat: {numbers:?}"
+    );
+}
+
+/// The tool table in agents.md is the server's tool list.
+#[tokio::test]
+async fn the_guide_lists_exactly_the_servers_tools() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("tool-lister").await;
+    let client = connect(&app, &a).await;
+    let served: BTreeSet<String> = client
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    let start = GUIDE
+        .find("<!-- mcp-tools:begin -->")
+        .expect("begin marker");
+    let end = GUIDE.find("<!-- mcp-tools:end -->").expect("end marker");
+    let listed: BTreeSet<String> = GUIDE[start..end]
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| l.split('`').nth(1).unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        listed, served,
+        "agents.md's tool table and tools/list differ"
+    );
+    client.cancel().await.ok();
+}
+
+/// The new tools answer what their REST routes answer (the same domain function).
+#[tokio::test]
+async fn the_new_tools_answer_like_their_rest_routes() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "parity", 1).await;
+    let (a, b) = (&c.owner, &c.members[0]);
+    let client = connect(&app, a).await;
+    let key = || uuid::Uuid::new_v4().to_string();
+
+    let orbit = ok(&call(
+        &client,
+        "create_orbit",
+        json!({"slug": "parity-two", "name": "Two", "idempotency_key": key()}),
+    )
+    .await);
+    assert_eq!(orbit["data"]["slug"], "parity-two");
+    assert_eq!(orbit["data"]["orbit_revision"], 1);
+
+    let problem = ok(&call(
+        &client,
+        "create_problem",
+        json!({"orbit": c.orbit, "title": "P", "statement": "s", "idempotency_key": key()}),
+    )
+    .await);
+    let p = problem["data"]["id"].as_i64().unwrap();
+    let t = task(&app, a, c.orbit, "t").await;
+    let (l, v) = lease(&app, a, t, 600).await;
+    let ck = checkpoint(&app, a, t, v, json!({"x": 1})).await.json["data"]["id"]
+        .as_i64()
+        .unwrap();
+    let art = ok(&call(
+        &client,
+        "create_artifact",
+        json!({"orbit": c.orbit, "name": "n.txt", "media_type": "text/plain",
+               "content_base64": "aGk=", "idempotency_key": key()}),
+    )
+    .await);
+    let art = art["data"]["id"].as_i64().unwrap();
+
+    let same = [
+        (
+            "get_orbit",
+            json!({"orbit": c.orbit}),
+            format!("/api/v1/orbits/{}", c.orbit),
+        ),
+        (
+            "list_members",
+            json!({"orbit": c.orbit}),
+            format!("/api/v1/orbits/{}/members", c.orbit),
+        ),
+        (
+            "list_problems",
+            json!({"orbit": c.orbit, "status": "OPEN"}),
+            format!("/api/v1/orbits/{}/problems?status=OPEN", c.orbit),
+        ),
+        (
+            "get_problem",
+            json!({"problem_id": p}),
+            format!("/api/v1/problems/{p}"),
+        ),
+        (
+            "list_tasks",
+            json!({"orbit": c.orbit, "leased": true}),
+            format!("/api/v1/orbits/{}/tasks?leased=true", c.orbit),
+        ),
+        (
+            "get_lease",
+            json!({"lease_id": l}),
+            format!("/api/v1/leases/{l}"),
+        ),
+        (
+            "list_leases",
+            json!({"task_id": t}),
+            format!("/api/v1/tasks/{t}/leases"),
+        ),
+        (
+            "get_checkpoint",
+            json!({"checkpoint_id": ck}),
+            format!("/api/v1/checkpoints/{ck}"),
+        ),
+        (
+            "list_artifacts",
+            json!({"orbit": c.orbit}),
+            format!("/api/v1/orbits/{}/artifacts", c.orbit),
+        ),
+        (
+            "get_artifact",
+            json!({"artifact_id": art}),
+            format!("/api/v1/artifacts/{art}"),
+        ),
+        (
+            "list_memory",
+            json!({"orbit": c.orbit}),
+            format!("/api/v1/orbits/{}/memory", c.orbit),
+        ),
+        (
+            "list_contributions",
+            json!({"orbit": c.orbit}),
+            format!("/api/v1/orbits/{}/contributions", c.orbit),
+        ),
+        (
+            "list_task_handoffs",
+            json!({"task_id": t}),
+            format!("/api/v1/tasks/{t}/handoffs"),
+        ),
+    ];
+    for (tool, args, path) in same {
+        let got = ok(&call(&client, tool, args).await);
+        let rest = app.get(&path, Some(&a.token)).await;
+        assert_eq!(rest.status, 200, "{path}: {}", rest.text);
+        assert_eq!(got, rest.json, "{tool} and GET {path} differ");
+    }
+
+    // Writes: status, member changes, cancel, each as its REST route would.
+    ok(&call(
+        &client,
+        "set_problem_status",
+        json!({"problem_id": p, "status": "RESOLVED", "idempotency_key": key()}),
+    )
+    .await);
+    let r = app.get(&format!("/api/v1/problems/{p}"), None).await;
+    assert_eq!(r.json["data"]["status"], "RESOLVED");
+    let m = ok(&call(
+        &client,
+        "set_member",
+        json!({"orbit": c.orbit, "contributor_id": b.id, "role": "MAINTAINER"}),
+    )
+    .await);
+    assert_eq!(m["data"]["role"], "MAINTAINER");
+    let cancelled = ok(&call(
+        &client,
+        "cancel_task",
+        json!({"task_id": t, "reason": "no longer needed", "idempotency_key": key()}),
+    )
+    .await);
+    assert_eq!(cancelled["data"]["status"], "CANCELLED");
+    let lease_now = app.get(&format!("/api/v1/leases/{l}"), None).await;
+    assert_eq!(lease_now.json["data"]["end_reason"], "CANCELLED");
+    let gone = ok(&call(
+        &client,
+        "remove_member",
+        json!({"orbit": c.orbit, "contributor_id": b.id}),
+    )
+    .await);
+    assert_eq!(gone["data"]["contributor"]["id"], b.id);
+
+    // A tool's invalid arguments: every field, plain words.
+    let bad = call(
+        &client,
+        "list_tasks",
+        json!({"orbit": c.orbit, "leased": "yes", "limit": "many"}),
+    )
+    .await;
+    let s = refused(&bad, 422, "validation_failed", "fix_input");
+    assert_eq!(s["errors"]["leased"][0], "must be true or false", "{s}");
+    assert_eq!(s["errors"]["limit"][0], "must be a whole number", "{s}");
+    client.cancel().await.ok();
+}
+
+/// Over MCP, the key errors name the argument; the lease details reach the tool
+/// refusal with the reaction they imply.
+#[tokio::test]
+async fn mcp_refusals_name_arguments_and_carry_the_details() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-details", 0).await;
+    let a = &c.owner;
+    let client = connect(&app, a).await;
+    let missing = call(
+        &client,
+        "create_task",
+        json!({"orbit": c.orbit, "title": "t"}),
+    )
+    .await;
+    let s = refused(&missing, 422, "idempotency_key_required", "fix_input");
+    let m = s["message"].as_str().unwrap();
+    assert!(
+        m.contains("idempotency_key") && !m.contains("Idempotency-Key"),
+        "{m}"
+    );
+    let text = format!("{:?}", missing.content);
+    assert!(!text.contains("Idempotency-Key"), "{text}");
+
+    let t = task(&app, a, c.orbit, "t").await;
+    let (l1, v1) = lease(&app, a, t, 600).await;
+    app.post_keyed(
+        &format!("/api/v1/leases/{l1}/release"),
+        &a.token,
+        json!({"lease_version": v1}),
+    )
+    .await;
+    let (_, v2) = lease(&app, a, t, 600).await;
+    let stale = call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": v1, "summary": "s", "state": {},
+               "idempotency_key": uuid::Uuid::new_v4().to_string()}),
+    )
+    .await;
+    let s = refused(&stale, 409, "stale_lease_version", "continue");
+    assert_eq!(s["details"]["current_lease_version"], v2);
+    assert_eq!(s["details"]["yours"], true);
+    let never = call(
+        &client,
+        "check_fence",
+        json!({"task_id": t, "lease_version": v2 + 10}),
+    )
+    .await;
+    refused(&never, 422, "lease_version_not_issued", "fix_input");
+    client.cancel().await.ok();
+}
