@@ -180,7 +180,7 @@ pub fn create(
     body: &Body<CreateArtifact>,
     decoded: &Option<(Vec<u8>, String)>,
 ) -> TxResult<Reply> {
-    let orbit = access::resolve(conn, &reference)?;
+    let orbit = access::resolve(conn, reference)?;
     access::require_member(conn, orbit.id, caller.id())?;
     let value = body.check()?;
     let (content, sha256) = decoded.as_ref().ok_or(ApiError::internal())?;

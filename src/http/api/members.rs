@@ -154,7 +154,7 @@ pub fn put(
     target_id: i64,
     body: &Body<PutMember>,
 ) -> TxResult<Reply> {
-    let orbit = access::resolve(conn, &reference)?;
+    let orbit = access::resolve(conn, reference)?;
     let target = contributors_store::find(conn, target_id)?
         .ok_or_else(|| ApiError::not_found("Contributor"))?;
     let caller_role = access::require_member(conn, orbit.id, caller.id())?;
@@ -271,7 +271,7 @@ pub fn remove(
     target_id: i64,
     body: &Body<Empty>,
 ) -> TxResult<Reply> {
-    let orbit = access::resolve(conn, &reference)?;
+    let orbit = access::resolve(conn, reference)?;
     contributors_store::find(conn, target_id)?.ok_or_else(|| ApiError::not_found("Contributor"))?;
     let caller_role = access::require_member(conn, orbit.id, caller.id())?;
     let Some(member) = store::member(conn, orbit.id, target_id)? else {

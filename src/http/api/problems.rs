@@ -102,7 +102,7 @@ pub fn create(
     reference: &str,
     body: &Body<CreateProblem>,
 ) -> TxResult<Reply> {
-    let orbit = access::resolve(conn, &reference)?;
+    let orbit = access::resolve(conn, reference)?;
     access::require_member(conn, orbit.id, caller.id())?;
     let value = body.check()?;
     if let Some(stored) = gate.claim(conn, &[orbit.id])? {
