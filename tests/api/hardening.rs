@@ -1293,8 +1293,8 @@ async fn expected_quick_declines_stay_out_of_the_database_log() {
             .send()
             .await
             .expect("me");
-        // Expected declines: a replayed key, a lease held by another, a stale
-        // version, a release of another's lease; each a group of one.
+        // Expected declines: a replayed key, a lease held by another, a version
+        // never issued, a release of another's lease; each a group of one.
         let r = write(&a, acquire.clone(), "a1", json!({}))
             .await
             .expect("replay");
@@ -1319,7 +1319,8 @@ async fn expected_quick_declines_stay_out_of_the_database_log() {
         )
         .await
         .expect("stale");
-        assert_eq!(r.status(), StatusCode::CONFLICT);
+        // A version never issued (issue 24): 422 lease_version_not_issued.
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let key = uuid::Uuid::new_v4().to_string();
         let r = write(
             &b,

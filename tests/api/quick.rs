@@ -259,7 +259,7 @@ async fn refusals_decline_to_the_ordinary_path_and_change_nothing() {
         json!({"lease_version": 2, "summary": "future", "state": {}}),
     )
     .await
-    .assert_error(409, "stale_lease_version");
+    .assert_error(422, "lease_version_not_issued");
     keyed(
         &app,
         b,
@@ -277,7 +277,7 @@ async fn refusals_decline_to_the_ordinary_path_and_change_nothing() {
         json!({"lease_version": 2}),
     )
     .await
-    .assert_error(409, "stale_lease_version");
+    .assert_error(422, "lease_version_not_issued");
     let outsider = app.agent("quick-outsider").await;
     app.get("/api/v1/me", Some(&outsider.token)).await;
     keyed(
