@@ -5,6 +5,7 @@ mod changes;
 mod commits;
 mod embedded;
 mod errors;
+mod events;
 mod functions;
 mod handoffs;
 mod hardening;
