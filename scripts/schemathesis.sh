@@ -125,6 +125,10 @@ echo "== schemathesis $ST_VERSION: $MAX_EXAMPLES examples per operation, seed $S
 # scripts/schemathesis.toml pins `wait=0` on the change feed (a long poll would only
 # spend the time budget) and the token id the DELETE of tokens may revoke.
 export ST_SPARE_TOKEN_ID="$SPARE"
+# The live event stream (GET /api/v1/orbits/{orbit}/events) is left out: a 200 is a
+# stream that stays open until ORBIT_STREAM_MAX_SECONDS (15 min by default), so
+# every valid example would only hit the request timeout. Its errors (404, 422, 429)
+# and its events are covered over real HTTP by tests/api/events.rs.
 set +e
 "$VENV/bin/st" --config-file scripts/schemathesis.toml run "$BASE/openapi.json" \
     --url "$BASE" \
@@ -141,6 +145,7 @@ set +e
     --no-color \
     --report junit,vcr \
     --report-dir "$OUT/reports" \
+    --exclude-path-regex '/events$' \
     "$@"
 status=$?
 set -e

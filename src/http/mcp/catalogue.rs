@@ -59,6 +59,9 @@ pub const NOT_TOOLS: &[(&str, &str)] = &[
     ("healthz", "liveness probe for operators"),
     ("readyz", "readiness probe for operators"),
     ("metrics", "Prometheus metrics for operators"),
+    // A stream that stays open, not a call with one result: over MCP an agent
+    // waits with `list_changes` (`wait`), the long poll of the same feed.
+    ("stream_events", "a Server-Sent Events stream; list_changes waits instead"),
 ];
 
 /// One tool: its name, what it is for, and how its input is shaped.
