@@ -2,8 +2,8 @@
 //! (authentication, key claim, fence, effect, revision, stored response), called
 //! alike by a REST handler and its MCP tool. It owns the rules: tokens and callers
 //! (`auth`), the lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit
-//! revision (`revision`), the change hub (`feed`), search (`search`) and the one
-//! write path (`write`).
+//! revision (`revision`), the change hub (`feed`), search (`search`), webhooks and
+//! their delivery engine (`webhooks`) and the one write path (`write`).
 //! It imports store, perf, model, db and error, never `http`.
 
 pub mod access;
@@ -14,6 +14,7 @@ pub mod idempotency;
 pub mod reads;
 pub mod revision;
 pub mod search;
+pub mod webhooks;
 pub mod write;
 
 use std::sync::Arc;

@@ -26,4 +26,5 @@ mod revisions;
 mod search;
 mod smoke;
 mod spec;
+mod webhooks;
 mod work;
