@@ -5,9 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{
-    Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz,
-};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 
 use crate::db::BindNext;
 use crate::model::Cursor;
@@ -233,16 +231,20 @@ pub struct Attempt<'a> {
     pub duration_ms: i32,
 }
 
+/// The rules an attempt's record applies.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub retry_base_ms: i64,
+    pub max_attempts: i32,
+    pub lease_ms: i64,
+}
+
 /// What the record of an attempt decided: `DELIVERED`, `RETRY`, `DISABLED` or `LOST`.
 pub fn record(
     conn: &mut PgConnection,
-    id: i64,
-    instance: &str,
-    seq: i64,
+    (id, instance, seq): (i64, &str, i64),
     attempt: &Attempt<'_>,
-    retry_base_ms: i64,
-    max_attempts: i32,
-    lease_ms: i64,
+    policy: Policy,
 ) -> QueryResult<String> {
     #[derive(QueryableByName)]
     struct Out {
@@ -260,9 +262,9 @@ pub fn record(
     .bind::<Nullable<Integer>, _>(attempt.status)
     .bind::<Nullable<Text>, _>(attempt.error)
     .bind::<Integer, _>(attempt.duration_ms)
-    .bind::<BigInt, _>(retry_base_ms)
-    .bind::<Integer, _>(max_attempts)
-    .bind::<BigInt, _>(lease_ms)
+    .bind::<BigInt, _>(policy.retry_base_ms)
+    .bind::<Integer, _>(policy.max_attempts)
+    .bind::<BigInt, _>(policy.lease_ms)
     .get_result(conn)?;
     Ok(out.outcome)
 }
@@ -280,12 +282,11 @@ pub fn release(
         #[diesel(sql_type = Nullable<Bool>)]
         more: Option<bool>,
     }
-    let row: Option<More> =
-        crate::db::sql("SELECT webhook_release($1, $2, $3) AS more")
-            .bind::<BigInt, _>(id)
-            .bind::<Text, _>(instance)
-            .bind::<BigInt, _>(seq)
-            .get_result(conn)
-            .optional()?;
+    let row: Option<More> = crate::db::sql("SELECT webhook_release($1, $2, $3) AS more")
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(instance)
+        .bind::<BigInt, _>(seq)
+        .get_result(conn)
+        .optional()?;
     Ok(row.and_then(|r| r.more))
 }

@@ -26,7 +26,7 @@ use crate::db::{self, PgPool};
 use crate::domain::webhooks::{matches, parse_url, safety, sign, WebhookOrbit};
 use crate::domain::Core;
 use crate::store::changes::ChangeOut;
-use crate::store::webhooks::{self as store, Attempt, Claimed};
+use crate::store::webhooks::{self as store, Attempt, Claimed, Policy};
 
 /// Subscriptions one instance delivers at once.
 const MAX_RUNNING: usize = 64;
@@ -158,11 +158,7 @@ impl Engine {
     pub fn stop(&self) {
         self.ctx.stop.store(true, Ordering::Relaxed);
         self.ctx.wake.notify_one();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = thread {
             let _ = t.join();
         }
@@ -182,7 +178,10 @@ fn client(s: &Settings) -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .dns_resolver(safety::SafeResolver::shared(s.allow_private))
-        .user_agent(concat!("orbit-commons-webhooks/", env!("CARGO_PKG_VERSION")))
+        .user_agent(concat!(
+            "orbit-commons-webhooks/",
+            env!("CARGO_PKG_VERSION")
+        ))
         .build()
         .expect("build the webhook HTTP client")
 }
@@ -278,7 +277,10 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
                 }
                 Some(other) => {
                     if other == "DISABLED" {
-                        tracing::warn!(webhook = c.out_id, "webhook disabled after its last attempt");
+                        tracing::warn!(
+                            webhook = c.out_id,
+                            "webhook disabled after its last attempt"
+                        );
                     }
                     return;
                 }
@@ -304,7 +306,13 @@ struct Sent {
     duration_ms: i32,
 }
 
-async fn record(ctx: &Ctx, c: &Claimed, revision: i64, ok: Option<bool>, sent: &Sent) -> Option<String> {
+async fn record(
+    ctx: &Ctx,
+    c: &Claimed,
+    revision: i64,
+    ok: Option<bool>,
+    sent: &Sent,
+) -> Option<String> {
     let s = ctx.settings;
     let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
     let (status, error, duration_ms) = (sent.status, sent.error.clone(), sent.duration_ms);
@@ -316,16 +324,12 @@ async fn record(ctx: &Ctx, c: &Claimed, revision: i64, ok: Option<bool>, sent: &
             error: error.as_deref(),
             duration_ms,
         };
-        store::record(
-            conn,
-            id,
-            &instance,
-            seq,
-            &attempt,
-            s.retry_base_ms,
-            s.max_attempts,
-            s.lease_ms,
-        )
+        let policy = Policy {
+            retry_base_ms: s.retry_base_ms,
+            max_attempts: s.max_attempts,
+            lease_ms: s.lease_ms,
+        };
+        store::record(conn, (id, &instance, seq), &attempt, policy)
     })
     .await;
     match result {
@@ -352,7 +356,11 @@ async fn send(http: &reqwest::Client, s: &Settings, c: &Claimed, change: &Change
         Err(why) => return done(None, Some(format!("the URL {why}")), false),
     };
     if let Err(refusal) = safety::check(&url, s.allow_private).await {
-        return done(None, Some(format!("not sent: {}", refusal.message())), false);
+        return done(
+            None,
+            Some(format!("not sent: {}", refusal.message())),
+            false,
+        );
     }
     let id = format!("{}.{}", c.out_orbit, change.revision);
     let body = event_body(change, c.out_orbit, &c.out_slug);
@@ -380,11 +388,7 @@ async fn send(http: &reqwest::Client, s: &Settings, c: &Claimed, change: &Change
                     Ok(None) => break,
                     Err(e) => {
                         if e.is_timeout() {
-                            return done(
-                                Some(status.as_u16() as i32),
-                                Some(timed_out(s)),
-                                false,
-                            );
+                            return done(Some(status.as_u16() as i32), Some(timed_out(s)), false);
                         }
                         break;
                     }
@@ -394,7 +398,11 @@ async fn send(http: &reqwest::Client, s: &Settings, c: &Claimed, change: &Change
             if status.is_success() {
                 done(code, None, true)
             } else if status.is_redirection() {
-                done(code, Some(format!("HTTP {status}: redirects are not followed")), false)
+                done(
+                    code,
+                    Some(format!("HTTP {status}: redirects are not followed")),
+                    false,
+                )
             } else {
                 done(code, Some(format!("HTTP {status}")), false)
             }

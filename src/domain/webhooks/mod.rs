@@ -76,7 +76,6 @@ impl OrbitName {
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhook {
     /// The orbit whose changes are sent: its id or its slug.
-    #[schema(value_type = Object)]
     pub orbit: OrbitName,
     /// `http` or `https`, at most 2000 characters; its host must not be or resolve
     /// to a loopback, private, link-local, multicast or unspecified address.
@@ -105,7 +104,10 @@ impl CreateWebhook {
         }
         if let Some(kinds) = &self.kinds {
             if kinds.is_empty() {
-                e.add("kinds", "must name at least one kind (omit it for every kind)");
+                e.add(
+                    "kinds",
+                    "must name at least one kind (omit it for every kind)",
+                );
             }
             if kinds.len() > MAX_KINDS {
                 e.add("kinds", format!("at most {MAX_KINDS} patterns"));
@@ -356,7 +358,11 @@ pub async fn list(core: &Core, bearer: Bearer, cursor: Cursor) -> ApiResult<Page
     .await?;
     let page = cursor.page(rows, |w| w.id);
     Ok(Page {
-        data: page.data.into_iter().map(|r| Webhook::of(r, None)).collect(),
+        data: page
+            .data
+            .into_iter()
+            .map(|r| Webhook::of(r, None))
+            .collect(),
         meta: page.meta,
     })
 }

@@ -131,9 +131,8 @@ impl reqwest::dns::Resolve for SafeResolver {
         let allow_private = self.allow_private;
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if !allow_private {
                 if let Some(bad) = found.iter().find(|a| forbidden(a.ip()).is_some()) {
                     let why = forbidden(bad.ip()).unwrap_or("forbidden");
@@ -159,14 +158,33 @@ mod tests {
     #[test]
     fn the_forbidden_ranges() {
         for ip in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
-            "224.0.0.1", "0.0.0.0", "100.64.0.1", "255.255.255.255", "::1", "::",
-            "fe80::1", "fc00::1", "fd12::1", "ff02::1", "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1", "64:ff9b::a00:1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "224.0.0.1",
+            "0.0.0.0",
+            "100.64.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "fc00::1",
+            "fd12::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
         ] {
             assert!(forbidden(ip.parse().unwrap()).is_some(), "{ip} allowed");
         }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(forbidden(ip.parse().unwrap()).is_none(), "{ip} refused");
         }
     }

@@ -20,16 +20,17 @@ pub fn new_secret() -> String {
 /// The `webhook-signature` value of one delivery; `None` for a secret that is not
 /// ours (cannot happen for a stored one).
 pub fn signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
-    let key = STANDARD
-        .decode(secret.strip_prefix(SECRET_PREFIX)?)
-        .ok()?;
+    let key = STANDARD.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
     mac.update(id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    Some(format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes())))
+    Some(format!(
+        "v1,{}",
+        STANDARD.encode(mac.finalize().into_bytes())
+    ))
 }
 
 #[cfg(test)]
@@ -50,7 +51,9 @@ mod tests {
     #[test]
     fn secrets_are_32_random_bytes() {
         let s = new_secret();
-        let raw = STANDARD.decode(s.strip_prefix(SECRET_PREFIX).unwrap()).unwrap();
+        let raw = STANDARD
+            .decode(s.strip_prefix(SECRET_PREFIX).unwrap())
+            .unwrap();
         assert_eq!(raw.len(), 32);
         assert_ne!(s, new_secret());
     }

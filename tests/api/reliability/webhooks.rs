@@ -76,7 +76,7 @@ async fn webhooks_survive_a_killed_delivering_instance() {
     env.push(("ORBIT_WEBHOOK_RETRY_BASE_MS", "100".into()));
     // A claim lasts one attempt's timeout plus 5 s: 6 s here.
     env.push(("ORBIT_WEBHOOK_TIMEOUT_MS", "1000".into()));
-    let mut serves = vec![
+    let mut serves = [
         start_serve(&logs.dir, "instance-0", &env).await,
         start_serve(&logs.dir, "instance-1", &env).await,
     ];
@@ -115,7 +115,11 @@ async fn webhooks_survive_a_killed_delivering_instance() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut conn = db.conn();
     let (victim, in_flight) = loop {
-        assert!(Instant::now() < deadline, "no delivery in flight: {:?}", rx.got().len());
+        assert!(
+            Instant::now() < deadline,
+            "no delivery in flight: {:?}",
+            rx.got().len()
+        );
         if rx.count() >= 4 && rx.in_flight() == 1 {
             let holder = claimed_by(&mut conn);
             let pid: u32 = holder
@@ -145,19 +149,37 @@ async fn webhooks_survive_a_killed_delivering_instance() {
         .await;
     // Let anything stray arrive before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = if rx.count() > got.len() { rx.got() } else { got };
+    let got = if rx.count() > got.len() {
+        rx.got()
+    } else {
+        got
+    };
 
     let seen: Vec<i64> = got.iter().map(|g| g.revision()).collect();
-    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "out of order: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "out of order: {seen:?}"
+    );
     let mut counts = BTreeMap::new();
     for r in &seen {
         *counts.entry(*r).or_insert(0) += 1;
     }
     for r in &revisions {
-        assert!(counts.contains_key(r), "revision {r} never arrived: {seen:?}");
+        assert!(
+            counts.contains_key(r),
+            "revision {r} never arrived: {seen:?}"
+        );
     }
-    let twice: Vec<i64> = counts.iter().filter(|(_, n)| **n > 1).map(|(r, _)| *r).collect();
-    assert_eq!(twice, vec![in_flight], "only the change in flight may come twice: {seen:?}");
+    let twice: Vec<i64> = counts
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(r, _)| *r)
+        .collect();
+    assert_eq!(
+        twice,
+        vec![in_flight],
+        "only the change in flight may come twice: {seen:?}"
+    );
     assert_eq!(counts[&in_flight], 2);
     assert_eq!(seen.len(), revisions.len() + 1);
     for g in &got {
@@ -165,10 +187,7 @@ async fn webhooks_survive_a_killed_delivering_instance() {
     }
     // The survivor delivered the rest, and the subscription's progress is complete.
     assert!(serves[1 - victim].alive());
-    let through = crate::harness::sql_i64(
-        &mut conn,
-        "SELECT delivered_through AS n FROM webhooks",
-    );
+    let through = crate::harness::sql_i64(&mut conn, "SELECT delivered_through AS n FROM webhooks");
     assert_eq!(through, last);
     println!(
         "RELIABILITY webhooks_survive_a_killed_delivering_instance: {} changes, instance-{victim} \

@@ -66,14 +66,22 @@ async fn deliveries(app: &TestApp, owner: &Agent, id: i64) -> Vec<Value> {
 }
 
 /// Polls the subscription until `done` holds for it.
-async fn wait_webhook(app: &TestApp, owner: &Agent, id: i64, done: impl Fn(&Value) -> bool) -> Value {
+async fn wait_webhook(
+    app: &TestApp,
+    owner: &Agent,
+    id: i64,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let w = webhook(app, owner, id).await;
         if done(&w) {
             return w;
         }
-        assert!(std::time::Instant::now() < deadline, "webhook never got there: {w}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "webhook never got there: {w}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -90,7 +98,10 @@ async fn deliveries_are_signed_in_revision_order_with_the_change() {
         json!({"orbit": "hooked", "url": rx.url, "description": "all of it"}),
     )
     .await;
-    let secret = hook["secret"].as_str().expect("the secret, once").to_owned();
+    let secret = hook["secret"]
+        .as_str()
+        .expect("the secret, once")
+        .to_owned();
     assert!(secret.starts_with("whsec_"), "{secret}");
     assert_eq!(hook["orbit"], json!({"id": orbit, "slug": "hooked"}));
     assert_eq!(hook["status"], "ACTIVE");
@@ -126,7 +137,10 @@ async fn deliveries_are_signed_in_revision_order_with_the_change() {
         // The Change exactly as the feed shows it, plus the orbit.
         let feed = app
             .get(
-                &format!("/api/v1/orbits/{orbit}/changes?after={}&limit=1", g.revision() - 1),
+                &format!(
+                    "/api/v1/orbits/{orbit}/changes?after={}&limit=1",
+                    g.revision() - 1
+                ),
                 None,
             )
             .await;
@@ -257,7 +271,10 @@ async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout
     );
     assert_eq!(log[0]["error"], "HTTP 500 Internal Server Error");
     assert!(
-        log[2]["error"].as_str().unwrap().contains("no answer within 500 ms"),
+        log[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 500 ms"),
         "{}",
         log[2]
     );
@@ -341,14 +358,24 @@ async fn another_contributors_webhook_is_not_found() {
     let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
     let id = hook["id"].as_i64().unwrap();
     let base = format!("/api/v1/me/webhooks/{id}");
-    app.get(&base, Some(&other.token)).await.assert_error(404, "not_found");
+    app.get(&base, Some(&other.token))
+        .await
+        .assert_error(404, "not_found");
     app.get(&format!("{base}/deliveries"), Some(&other.token))
         .await
         .assert_error(404, "not_found");
-    app.send(Method::POST, &format!("{base}/enable"), Some(&other.token), None, None)
+    app.send(
+        Method::POST,
+        &format!("{base}/enable"),
+        Some(&other.token),
+        None,
+        None,
+    )
+    .await
+    .assert_error(404, "not_found");
+    app.delete(&base, &other.token)
         .await
         .assert_error(404, "not_found");
-    app.delete(&base, &other.token).await.assert_error(404, "not_found");
     let list = app.get("/api/v1/me/webhooks", Some(&other.token)).await;
     assert_eq!(list.json["data"], json!([]));
     app.get("/api/v1/me/webhooks/999999", Some(&owner.token))
@@ -358,7 +385,13 @@ async fn another_contributors_webhook_is_not_found() {
     let anon = app.get(&base, None).await;
     assert_eq!(anon.status, 401);
     let anon = app
-        .send(Method::POST, "/api/v1/me/webhooks", None, None, Some(json!({"orbit": orbit, "url": rx.url})))
+        .send(
+            Method::POST,
+            "/api/v1/me/webhooks",
+            None,
+            None,
+            Some(json!({"orbit": orbit, "url": rx.url})),
+        )
         .await;
     assert_eq!(anon.status, 401);
     // Still there for its owner.
@@ -382,7 +415,11 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
     r.assert_error(422, "validation_failed");
     let errors = &r.json["errors"];
     assert!(errors["url"].is_array(), "{}", r.text);
-    assert!(errors["kinds"][0].as_str().unwrap().contains("task.made"), "{}", r.text);
+    assert!(
+        errors["kinds"][0].as_str().unwrap().contains("task.made"),
+        "{}",
+        r.text
+    );
     assert!(errors["description"].is_array(), "{}", r.text);
     for body in [
         json!({"orbit": orbit, "url": "not a url"}),
@@ -393,7 +430,9 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
         json!({"orbit": orbit, "url": "https://example.com/", "extra": 1}),
         json!({"url": "https://example.com/"}),
     ] {
-        let r = app.post("/api/v1/me/webhooks", &owner.token, body.clone()).await;
+        let r = app
+            .post("/api/v1/me/webhooks", &owner.token, body.clone())
+            .await;
         assert_eq!(r.status, 422, "{body}: {}", r.text);
     }
     let r = app
@@ -417,13 +456,20 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
         "http://[::ffff:127.0.0.1]/",
     ] {
         let r = app
-            .post("/api/v1/me/webhooks", &owner.token, json!({"orbit": orbit, "url": url}))
+            .post(
+                "/api/v1/me/webhooks",
+                &owner.token,
+                json!({"orbit": orbit, "url": url}),
+            )
             .await;
         r.assert_error(422, "webhook_url_forbidden");
     }
     let list = app.get("/api/v1/me/webhooks", Some(&owner.token)).await;
     assert_eq!(list.json["data"], json!([]));
-    assert_eq!(sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"), 0);
+    assert_eq!(
+        sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"),
+        0
+    );
 }
 
 #[tokio::test]
@@ -437,8 +483,14 @@ async fn create_is_idempotent_and_a_contributor_has_at_most_ten() {
         let app = &app;
         let token = owner.token.clone();
         async move {
-            app.send(Method::POST, "/api/v1/me/webhooks", Some(&token), Some(key), Some(body))
-                .await
+            app.send(
+                Method::POST,
+                "/api/v1/me/webhooks",
+                Some(&token),
+                Some(key),
+                Some(body),
+            )
+            .await
         }
     };
     let first = send("hook-1", body.clone()).await;
@@ -461,23 +513,38 @@ async fn create_is_idempotent_and_a_contributor_has_at_most_ten() {
         assert_eq!(r.status, 201, "{}", r.text);
     }
     let over = app
-        .post("/api/v1/me/webhooks", &owner.token, json!({"orbit": orbit, "url": rx.url}))
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": rx.url}),
+        )
         .await;
     over.assert_error(409, "webhook_limit");
-    let list = app.get("/api/v1/me/webhooks?limit=100", Some(&owner.token)).await;
+    let list = app
+        .get("/api/v1/me/webhooks?limit=100", Some(&owner.token))
+        .await;
     assert_eq!(list.json["data"].as_array().unwrap().len(), 10);
     // The replay of the first still answers, and made nothing new.
     let replay = send("hook-1", body).await;
     assert_eq!(replay.status, 201);
     assert_eq!(replay.bytes, first.bytes);
-    assert_eq!(sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"), 10);
+    assert_eq!(
+        sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"),
+        10
+    );
     // One deleted makes room for one more.
     let id = first.json["data"]["id"].as_i64().unwrap();
-    let gone = app.delete(&format!("/api/v1/me/webhooks/{id}"), &owner.token).await;
+    let gone = app
+        .delete(&format!("/api/v1/me/webhooks/{id}"), &owner.token)
+        .await;
     assert_eq!(gone.status, 200, "{}", gone.text);
     assert_eq!(gone.json["data"]["id"], id);
     let r = app
-        .post("/api/v1/me/webhooks", &owner.token, json!({"orbit": orbit, "url": rx.url}))
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": rx.url}),
+        )
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
 }
@@ -498,7 +565,9 @@ async fn a_subscription_deleted_while_a_delivery_is_in_flight_gets_nothing_more(
     rx.wait_for(WAIT, |g| !g.is_empty()).await;
     assert_eq!(rx.in_flight(), 1, "the delivery is not in flight");
     let started = std::time::Instant::now();
-    let gone = app.delete(&format!("/api/v1/me/webhooks/{id}"), &owner.token).await;
+    let gone = app
+        .delete(&format!("/api/v1/me/webhooks/{id}"), &owner.token)
+        .await;
     assert_eq!(gone.status, 200, "{}", gone.text);
     assert!(
         started.elapsed() < Duration::from_millis(1000),
@@ -520,5 +589,8 @@ async fn a_subscription_deleted_while_a_delivery_is_in_flight_gets_nothing_more(
         .assert_error(404, "not_found");
     let mut conn = app.db.conn();
     assert_eq!(sql_i64(&mut conn, "SELECT count(*) AS n FROM webhooks"), 0);
-    assert_eq!(sql_i64(&mut conn, "SELECT count(*) AS n FROM webhook_deliveries"), 0);
+    assert_eq!(
+        sql_i64(&mut conn, "SELECT count(*) AS n FROM webhook_deliveries"),
+        0
+    );
 }

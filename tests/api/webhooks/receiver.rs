@@ -194,7 +194,9 @@ impl Receiver {
 
     /// Requests being answered right now.
     pub fn in_flight(&self) -> usize {
-        self.shared.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+        self.shared
+            .in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn set_plan(&self, plan: Plan) {
