@@ -34,6 +34,10 @@ const MAX_RUNNING: usize = 64;
 const PAGE: i64 = 100;
 /// Bytes of a receiver's answer read before it is dropped.
 const BODY_CAP: usize = 64 * 1024;
+/// How long a subscription that caught up keeps its claim for its next change.
+const LINGER: Duration = Duration::from_millis(100);
+/// The least time between two claim passes woken by the change hub.
+const PASS_GAP: Duration = Duration::from_millis(5);
 /// How long the engine waits for deliveries in flight when it stops.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
@@ -189,7 +193,9 @@ fn client(s: &Settings) -> reqwest::Client {
 async fn engine_loop(ctx: Arc<Ctx>) {
     let http = client(&ctx.settings);
     let mut changes = ctx.core.hub.subscribe();
+    let mut last_pass = Instant::now();
     while !ctx.stopping() {
+        last_pass = Instant::now();
         let free = MAX_RUNNING.saturating_sub(ctx.running.load(Ordering::Relaxed));
         if free > 0 {
             let (instance, lease) = (ctx.instance.clone(), ctx.settings.lease_ms);
@@ -209,7 +215,13 @@ async fn engine_loop(ctx: Arc<Ctx>) {
         }
         tokio::select! {
             _ = changes.recv() => {
-                // Every change queued meanwhile is covered by the one pass.
+                // Under a stream of writes, one pass per few milliseconds covers
+                // them all (a subscription being delivered picks up its own new
+                // changes without a pass).
+                let since = last_pass.elapsed();
+                if since < PASS_GAP {
+                    tokio::time::sleep(PASS_GAP - since).await;
+                }
                 while changes.try_recv().is_ok() {}
             }
             _ = ctx.wake.notified() => {}
@@ -237,7 +249,15 @@ impl Drop for Running {
 async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
     let _running = Running(ctx.clone());
     let s = ctx.settings;
+    let mut hub = ctx.core.hub.subscribe();
+    let mut lingered = false;
     loop {
+        // Wake-ups of changes this read will see are spent; a later one is news.
+        while !matches!(
+            hub.try_recv(),
+            Err(tokio::sync::broadcast::error::TryRecvError::Empty
+                | tokio::sync::broadcast::error::TryRecvError::Closed)
+        ) {}
         let (orbit, after) = (c.out_orbit, c.out_through);
         let page = match blocking(&ctx.core.pool, move |conn| {
             crate::store::changes::load_page(conn, orbit, after, PAGE)
@@ -251,6 +271,14 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
                 return;
             }
         };
+        if page.is_empty() && !lingered && !ctx.stopping() {
+            // Caught up: keep the claim a moment for the orbit's next change,
+            // which then costs no claim, release or new task.
+            lingered = true;
+            if next_change(&mut hub, orbit).await {
+                continue;
+            }
+        }
         if page.is_empty() || ctx.stopping() {
             let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
             let _ = blocking(&ctx.core.pool, move |conn| {
@@ -259,6 +287,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
             .await;
             return;
         }
+        lingered = false;
         let mut skipped_to = None;
         for change in &page {
             if !matches(c.out_kinds.as_deref(), &change.kind) {
@@ -295,6 +324,23 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
             c.out_through = revision;
         }
     }
+}
+
+/// Waits at most [`LINGER`] for a wake-up of `orbit` (or of every orbit); false
+/// when none came.
+async fn next_change(hub: &mut tokio::sync::broadcast::Receiver<i64>, orbit: i64) -> bool {
+    use tokio::sync::broadcast::error::RecvError;
+    let wait = async {
+        loop {
+            match hub.recv().await {
+                Ok(o) if o == orbit || o == crate::domain::feed::ALL_ORBITS => return true,
+                Ok(_) => continue,
+                Err(RecvError::Lagged(_)) => return true,
+                Err(RecvError::Closed) => return false,
+            }
+        }
+    };
+    tokio::time::timeout(LINGER, wait).await.unwrap_or(false)
 }
 
 /// What one attempt got.
