@@ -193,9 +193,8 @@ fn client(s: &Settings) -> reqwest::Client {
 async fn engine_loop(ctx: Arc<Ctx>) {
     let http = client(&ctx.settings);
     let mut changes = ctx.core.hub.subscribe();
-    let mut last_pass = Instant::now();
     while !ctx.stopping() {
-        last_pass = Instant::now();
+        let last_pass = Instant::now();
         let free = MAX_RUNNING.saturating_sub(ctx.running.load(Ordering::Relaxed));
         if free > 0 {
             let (instance, lease) = (ctx.instance.clone(), ctx.settings.lease_ms);
