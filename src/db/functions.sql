@@ -419,10 +419,6 @@ DECLARE
     v_log bigint;
     v_delay_ms double precision;
 BEGIN
-    -- Bookkeeping of a delivery that already happened: a commit lost to a crash of
-    -- the database only means the change is sent again (at least once), so this
-    -- transaction does not wait for its WAL flush.
-    PERFORM set_config('synchronous_commit', 'off', true);
     SELECT * INTO v_w FROM webhooks
      WHERE id = p_id AND claimed_by = p_instance AND claim_seq = p_seq FOR UPDATE;
     IF NOT FOUND OR v_w.status <> 'ACTIVE' THEN

@@ -3,13 +3,15 @@
 //! slow local receiver; the instance holding the subscription's claim is SIGKILLed
 //! while a delivery is in flight. The other instance takes the subscription over
 //! once the claim runs out: every change reaches the receiver at least once, in
-//! revision order, and only the change in flight at the kill is sent twice.
+//! revision order, and only the change in flight at the kill is sent twice. And a
+//! PostgreSQL restart: the same instance's engine delivers again afterwards, the
+//! changes of before and after in order.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use orbit_commons::testkit::Scratch;
+use orbit_commons::testkit::{short_id, PrivateCluster, Scratch};
 use serde_json::{json, Value};
 
 use super::fleet::{load_env, start_serve};
@@ -214,4 +216,74 @@ fn claimed_by(conn: &mut diesel::PgConnection) -> Option<String> {
     .get_result::<Row>(conn)
     .ok()
     .and_then(|r| r.claimed_by)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_delivery_resumes_after_a_database_restart() {
+    let pg = PrivateCluster::start(
+        &std::path::Path::new("/tmp").join(format!("oc-rel-hookpg-{}", short_id())),
+    )
+    .expect("start a private PostgreSQL cluster");
+    let url = pg.url().to_owned();
+    orbit_commons::db::migrate(&url).expect("migrate the private cluster");
+    let mut env = load_env(&url);
+    env.push(("ORBIT_WEBHOOK_ALLOW_PRIVATE", "true".into()));
+    env.push(("ORBIT_WEBHOOK_RETRY_BASE_MS", "100".into()));
+    env.push(("ORBIT_DB_TIMEOUT_MS", "1000".into()));
+    let mut serve = start_serve(pg.dir(), "serve", &env).await;
+    let base = serve.base();
+    let rx = Receiver::start();
+    let client = Client::register(&base).await;
+    let (status, orbit) = client
+        .post(
+            format!("{base}/api/v1/orbits"),
+            None,
+            json!({"slug": "restarted", "name": "restarted"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{orbit}");
+    let orbit = orbit["data"]["id"].as_i64().unwrap();
+    let (status, hook) = client
+        .post(
+            format!("{base}/api/v1/me/webhooks"),
+            None,
+            json!({"orbit": orbit, "url": rx.url}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hook}");
+    let mut revisions = Vec::new();
+    for n in 0..3 {
+        revisions.push(client.write(&base, orbit, n).await);
+    }
+    rx.wait_for(Duration::from_secs(30), |g| g.len() >= 3).await;
+
+    tokio::task::block_in_place(|| pg.cluster().stop_now()).expect("stop PostgreSQL");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(serve.alive(), "the service died with the database");
+    tokio::task::block_in_place(|| pg.cluster().restart()).expect("restart PostgreSQL");
+    serve
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .expect("ready again");
+    for n in 3..6 {
+        revisions.push(client.write(&base, orbit, n).await);
+    }
+    let last = *revisions.last().unwrap();
+    let got = rx
+        .wait_for(Duration::from_secs(30), |g| {
+            g.last().is_some_and(|l| l.revision() == last)
+        })
+        .await;
+    let seen: Vec<i64> = got.iter().map(|g| g.revision()).collect();
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "out of order: {seen:?}"
+    );
+    for r in &revisions {
+        assert!(seen.contains(r), "revision {r} never arrived: {seen:?}");
+    }
+    let secret = hook["data"]["secret"].as_str().unwrap();
+    for g in &got {
+        g.verify(secret).unwrap();
+    }
 }
