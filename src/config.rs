@@ -155,6 +155,31 @@ pub struct Config {
           value_parser = metrics_token)]
     pub metrics_token: Option<String>,
 
+    /// Webhooks may target loopback, private, link-local, multicast and unspecified
+    /// addresses (for tests and private deployments). Off, such a URL is refused at
+    /// creation (422 `webhook_url_forbidden`) and at every delivery.
+    #[arg(long, env = "ORBIT_WEBHOOK_ALLOW_PRIVATE", default_value_t = false,
+          action = clap::ArgAction::Set)]
+    pub webhook_allow_private: bool,
+
+    /// The first retry of a failed webhook delivery waits this long (milliseconds);
+    /// each further one waits twice as long as the one before, at most one hour.
+    #[arg(long, env = "ORBIT_WEBHOOK_RETRY_BASE_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub webhook_retry_base_ms: u64,
+
+    /// Failed attempts at one change after which a webhook subscription is DISABLED.
+    #[arg(long, env = "ORBIT_WEBHOOK_MAX_ATTEMPTS", default_value_t = 12,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub webhook_max_attempts: u32,
+
+    /// TEST ONLY: the connect and total timeout of one webhook delivery
+    /// (milliseconds). The contract's is 10 s, the default; tests lower it to watch
+    /// a timed-out attempt quickly.
+    #[arg(long, env = "ORBIT_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, hide = true,
+          value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    pub webhook_timeout_ms: u64,
+
     /// TEST ONLY: allow lease and handoff durations down to 1 second, so tests can
     /// watch expiry without waiting minutes. Never enable in production.
     #[arg(
@@ -204,6 +229,10 @@ impl Config {
             stream_buffer: 64,
             metrics_bind: None,
             metrics_token: None,
+            webhook_allow_private: false,
+            webhook_retry_base_ms: 5000,
+            webhook_max_attempts: 12,
+            webhook_timeout_ms: 10_000,
             test_short_durations: false,
         }
     }

@@ -94,8 +94,10 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         )),
         metrics,
     };
+    let webhooks = crate::domain::webhooks::deliver::Engine::start(core.clone());
     AppState {
         core,
+        webhooks,
         feed_reads: Arc::default(),
         long_polls: Arc::default(),
         limits: Arc::new(crate::http::limits::Limits::new(config)),

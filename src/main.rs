@@ -125,6 +125,7 @@ fn serve(config: Config) -> ExitCode {
         tracing::info!(addr = %running.addr, "Orbit Commons listening; docs at /docs");
         // actix-web stops gracefully on SIGINT and SIGTERM.
         let out = running.server.await;
+        running.state.webhooks.stop();
         running.state.hub.stop();
         out
     });

@@ -370,3 +370,109 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END $$;
+
+-- Webhook delivery (contract section 15, `domain::webhooks::deliver`,
+-- docs/MECHANISMS.md "Webhook delivery"). A claim is a lease with an expiry on the
+-- subscription's row: `webhook_claim` takes up to `p_limit` active subscriptions
+-- that have a change to deliver, are due and are not claimed (or whose claim ran
+-- out: its instance died), each under a new `claim_seq`. Every later statement of
+-- the delivering instance names (claimed_by, claim_seq): when the claim was lost
+-- (it ran out and another instance took it) or the subscription was deleted, it
+-- changes nothing and says so.
+CREATE OR REPLACE FUNCTION webhook_claim(p_instance text, p_limit int, p_lease_ms bigint)
+RETURNS TABLE (out_id bigint, out_orbit bigint, out_slug text, out_url text,
+               out_kinds text[], out_secret text, out_through bigint, out_attempts int,
+               out_seq bigint)
+LANGUAGE sql AS $$
+    WITH due AS (
+        SELECT w.id FROM webhooks w JOIN orbits o ON o.id = w.orbit_id
+        WHERE w.status = 'ACTIVE' AND w.next_attempt_at <= clock_timestamp()
+          AND (w.claim_until IS NULL OR w.claim_until < clock_timestamp())
+          AND w.delivered_through < o.revision
+        ORDER BY w.next_attempt_at
+        LIMIT p_limit
+        FOR UPDATE OF w SKIP LOCKED)
+    UPDATE webhooks w
+       SET claimed_by = p_instance, claim_seq = w.claim_seq + 1,
+           claim_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+      FROM due, orbits o
+     WHERE w.id = due.id AND o.id = w.orbit_id
+    RETURNING w.id, w.orbit_id, o.slug, w.url, w.kinds, w.secret, w.delivered_through,
+              w.attempts, w.claim_seq
+$$;
+
+-- The outcome of one attempt under a claim. Logs it (the latest 100 per
+-- subscription are kept), then: delivered → `delivered_through` moves to the
+-- revision, the attempts reset and the claim is renewed ('DELIVERED'); failed →
+-- one more attempt counted, the claim given back and the next attempt due after
+-- the backoff ('RETRY'), or at the last attempt the subscription DISABLED with its
+-- reason ('DISABLED'). 'LOST' when the claim is no longer this one's (nothing
+-- changed). `p_ok` NULL records nothing and only moves `delivered_through` over
+-- changes the kinds filter skipped.
+CREATE OR REPLACE FUNCTION webhook_record(
+    p_id bigint, p_instance text, p_seq bigint, p_revision bigint, p_ok boolean,
+    p_status int, p_error text, p_duration_ms int, p_retry_base_ms bigint,
+    p_max_attempts int, p_lease_ms bigint)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_w webhooks;
+    v_log bigint;
+    v_delay_ms double precision;
+BEGIN
+    SELECT * INTO v_w FROM webhooks
+     WHERE id = p_id AND claimed_by = p_instance AND claim_seq = p_seq FOR UPDATE;
+    IF NOT FOUND OR v_w.status <> 'ACTIVE' THEN
+        RETURN 'LOST';
+    END IF;
+    IF p_ok IS NULL THEN
+        UPDATE webhooks SET delivered_through = greatest(delivered_through, p_revision),
+               claim_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+         WHERE id = p_id;
+        RETURN 'DELIVERED';
+    END IF;
+    INSERT INTO webhook_deliveries (webhook_id, revision, attempt, status_code, error, duration_ms)
+    VALUES (p_id, p_revision, v_w.attempts + 1, p_status, p_error, p_duration_ms)
+    RETURNING id INTO v_log;
+    IF v_log % 16 = 0 THEN
+        DELETE FROM webhook_deliveries
+         WHERE webhook_id = p_id AND id < (
+             SELECT id FROM webhook_deliveries WHERE webhook_id = p_id
+              ORDER BY id DESC OFFSET 99 LIMIT 1);
+    END IF;
+    IF p_ok THEN
+        UPDATE webhooks SET delivered_through = greatest(delivered_through, p_revision),
+               attempts = 0, next_attempt_at = clock_timestamp(),
+               claim_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+         WHERE id = p_id;
+        RETURN 'DELIVERED';
+    END IF;
+    IF v_w.attempts + 1 >= p_max_attempts THEN
+        UPDATE webhooks SET attempts = v_w.attempts + 1, status = 'DISABLED',
+               disabled_reason = format('%s failed attempts to deliver revision %s; the last: %s',
+                   v_w.attempts + 1, p_revision,
+                   coalesce(p_error, format('HTTP %s', p_status))),
+               claimed_by = NULL, claim_until = NULL
+         WHERE id = p_id;
+        RETURN 'DISABLED';
+    END IF;
+    -- base · 2^(attempts − 1), at most one hour.
+    v_delay_ms := least(p_retry_base_ms * power(2::double precision, least(v_w.attempts, 40)),
+                        3600000);
+    UPDATE webhooks SET attempts = v_w.attempts + 1,
+           next_attempt_at = clock_timestamp() + v_delay_ms * interval '1 millisecond',
+           claimed_by = NULL, claim_until = NULL
+     WHERE id = p_id;
+    RETURN 'RETRY';
+END $$;
+
+-- Gives a claim back when its instance has nothing more to send. True when a change
+-- arrived meanwhile (the caller claims again: the wake-up for it may have come
+-- while the claim was still held).
+CREATE OR REPLACE FUNCTION webhook_release(p_id bigint, p_instance text, p_seq bigint)
+RETURNS boolean LANGUAGE sql AS $$
+    UPDATE webhooks w SET claimed_by = NULL, claim_until = NULL
+      FROM orbits o
+     WHERE w.id = p_id AND w.claimed_by = p_instance AND w.claim_seq = p_seq
+       AND o.id = w.orbit_id
+    RETURNING w.status = 'ACTIVE' AND w.delivered_through < o.revision
+$$;

@@ -164,6 +164,11 @@ impl ChangeHub {
         self.stop.store(true, Ordering::Relaxed);
     }
 
+    /// True once [`ChangeHub::stop`] ran (the instance is shutting down).
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
     fn listen_loop(&self, url: &str) {
         let mut backoff = Duration::from_millis(100);
         while !self.stop.load(Ordering::Relaxed) {

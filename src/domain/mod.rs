@@ -2,7 +2,8 @@
 //! (authentication, key claim, fence, effect, revision, stored response), called
 //! alike by a REST handler and its MCP tool. It owns the rules: tokens and callers
 //! (`auth`), the lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit
-//! revision (`revision`), the change hub (`feed`), live event streams (`events`), search (`search`) and the one
+//! revision (`revision`), the change hub (`feed`), live event streams (`events`),
+//! search (`search`), webhooks and their delivery engine (`webhooks`) and the one
 //! write path (`write`).
 //! It imports store, perf, model, db and error, never `http`.
 
@@ -15,6 +16,7 @@ pub mod idempotency;
 pub mod reads;
 pub mod revision;
 pub mod search;
+pub mod webhooks;
 pub mod write;
 
 use std::sync::Arc;

@@ -14,6 +14,8 @@ pub struct AppState {
     /// Long polls waiting per orbit and their shared feed reads (`domain::feed`).
     pub feed_reads: Arc<crate::domain::feed::SharedReads<crate::store::changes::ChangeOut>>,
     pub long_polls: Arc<crate::domain::feed::PollCounts>,
+    /// This instance's webhook delivery engine (`domain::webhooks::deliver`).
+    pub webhooks: Arc<crate::domain::webhooks::deliver::Engine>,
 }
 
 impl Deref for AppState {

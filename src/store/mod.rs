@@ -13,3 +13,4 @@ pub mod refs;
 pub mod search;
 pub mod stamp;
 pub mod tasks;
+pub mod webhooks;

@@ -28,4 +28,5 @@ mod revisions;
 mod search;
 mod smoke;
 mod spec;
+mod webhooks;
 mod work;

@@ -12,7 +12,7 @@ use crate::harness::{Agent, TestApp};
 use crate::work::{checkpoint, crew, lease, task};
 
 /// Routes open to non-members by nature (registration, orbit creation, joining,
-/// the caller's own tokens).
+/// the caller's own tokens and webhooks).
 const EXCLUDED: &[&str] = &[
     "/api/v1/contributors",
     "/api/v1/agents",
@@ -20,6 +20,9 @@ const EXCLUDED: &[&str] = &[
     "/api/v1/orbits/{orbit}/join",
     "/api/v1/me/tokens",
     "/api/v1/me/tokens/{token_id}",
+    "/api/v1/me/webhooks",
+    "/api/v1/me/webhooks/{id}",
+    "/api/v1/me/webhooks/{id}/enable",
 ];
 
 /// The objects of one orbit that path parameters and body ids can name.

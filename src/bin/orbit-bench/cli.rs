@@ -69,10 +69,11 @@ pub enum Scenario {
     Overview,
     WriteMix,
     Search,
+    Webhooks,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::LeaseCycle,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
@@ -82,6 +83,7 @@ impl Scenario {
         Scenario::Overview,
         Scenario::WriteMix,
         Scenario::Search,
+        Scenario::Webhooks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +97,7 @@ impl Scenario {
             Scenario::Overview => "overview",
             Scenario::WriteMix => "write-mix",
             Scenario::Search => "search",
+            Scenario::Webhooks => "webhooks",
         }
     }
 
@@ -104,7 +107,8 @@ impl Scenario {
             Scenario::LeaseCycle
             | Scenario::HandoffChain
             | Scenario::IdempotentReplay
-            | Scenario::WriteMix => RefKind::TpcbLike,
+            | Scenario::WriteMix
+            | Scenario::Webhooks => RefKind::TpcbLike,
             _ => RefKind::SelectOnly,
         }
     }

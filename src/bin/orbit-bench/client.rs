@@ -27,6 +27,7 @@ pub struct Http {
 pub enum Method {
     Get,
     Post,
+    Delete,
 }
 
 impl std::fmt::Display for Method {
@@ -34,6 +35,7 @@ impl std::fmt::Display for Method {
         f.write_str(match self {
             Method::Get => "GET",
             Method::Post => "POST",
+            Method::Delete => "DELETE",
         })
     }
 }

@@ -26,7 +26,8 @@
 //! (the load generator's HTTP client), [`seed`], [`scenarios`] (one virtual client
 //! per scenario, and the measurement), [`references`] (pgbench), [`profile`]
 //! (`--profile`) and [`report`] (the table and the JSON); [`bulk`] writes large
-//! seeds with the library's store functions.
+//! seeds with the library's store functions; [`webhooks`] is the webhook
+//! scenario's local receiver.
 
 mod bulk;
 mod cli;
@@ -38,6 +39,7 @@ mod scenarios;
 mod search;
 mod seed;
 mod service;
+mod webhooks;
 
 use std::collections::HashMap;
 use std::io::Write as _;

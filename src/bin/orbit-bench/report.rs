@@ -145,6 +145,22 @@ pub fn evaluate(rows: &[Row], mem: &Memory) -> Vec<Target> {
             None,
         )),
     }
+    let hooks = find(rows, "webhooks", "spread", 8);
+    out.push(target(
+        "webhooks spread @8 writers ≥ 500 deliveries/s and delivery p99 < 200 ms",
+        hooks
+            .map(|r| {
+                format!(
+                    "{:.0}/s, p99 {:.1} ms",
+                    r.requests_per_s.unwrap_or(0.0),
+                    r.p99_ms.unwrap_or(f64::MAX)
+                )
+            })
+            .unwrap_or_else(|| "n/a".into()),
+        hooks.map(|r| {
+            r.requests_per_s.unwrap_or(0.0) >= 500.0 && r.p99_ms.unwrap_or(f64::MAX) < 200.0
+        }),
+    ));
     let hot = ratio_of("lease-cycle", "hot");
     out.push(target(
         "lease-cycle hot @8 ≥ 0.5× tpcb-like",

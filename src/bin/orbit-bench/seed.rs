@@ -134,7 +134,8 @@ impl Seeder<'_> {
         let need_spread = has(Scenario::LeaseCycle)
             || has(Scenario::HandoffChain)
             || has(Scenario::IdempotentReplay)
-            || has(Scenario::WriteMix);
+            || has(Scenario::WriteMix)
+            || has(Scenario::Webhooks);
         let need_hot =
             has(Scenario::LeaseCycle) || has(Scenario::PublicGet) || has(Scenario::WriteMix);
         let need_big = has(Scenario::ChangesFeed) || has(Scenario::Overview);

@@ -19,6 +19,7 @@ pub mod responses;
 pub mod search;
 pub mod system;
 pub mod tasks;
+pub mod webhooks;
 
 use actix_web::body::MessageBody;
 use actix_web::http::header::{self, HeaderValue};

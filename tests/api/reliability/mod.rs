@@ -7,7 +7,7 @@
 //! `--nocapture` to see them); docs/RELIABILITY.md records the last ones.
 //!
 //! The tests, one story each: [`many_instances`], [`crash`], [`database_restart`],
-//! [`slow_client`], [`hostile_input`]. What they stand on: [`fleet`] (instances
+//! [`slow_client`], [`hostile_input`], [`webhooks`]. What they stand on: [`fleet`] (instances
 //! started and killed through `orbit_commons::testkit`, and one load test's
 //! setting), [`load`] (the agents and their seeding) and [`audit`] (the invariants,
 //! read from the database).
@@ -21,3 +21,4 @@ mod database_restart;
 mod hostile_input;
 mod many_instances;
 mod slow_client;
+mod webhooks;

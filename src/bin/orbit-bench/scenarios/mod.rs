@@ -28,6 +28,7 @@ pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<Strin
         ],
         Scenario::AuthedGet => vec![("me".into(), None)],
         Scenario::WriteMix => vec![("spread".into(), None), ("hot".into(), None)],
+        Scenario::Webhooks => vec![("spread".into(), None)],
         Scenario::Search => ["mixed", "100k-word"]
             .iter()
             .map(|shape| {
@@ -144,6 +145,7 @@ pub async fn run_one(
             let (_, rec) = measure(cfg, states, write_mix_client).await;
             Ok(rec)
         }
+        Scenario::Webhooks => crate::webhooks::run(api, world, clients, cfg).await,
         Scenario::Search => {
             let states: Vec<_> = (0..clients)
                 .map(|i| {

@@ -1,0 +1,488 @@
+//! The delivery engine: one per instance, on a thread of its own, beside the
+//! request path. It claims subscriptions that have a change to deliver (a lease
+//! with an expiry on the subscription's row, `webhook_claim`), sends their changes
+//! one at a time in revision order, and records each attempt (`webhook_record`),
+//! which moves `delivered_through`, schedules the retry with its backoff, or
+//! disables the subscription after the last attempt. No database connection is
+//! held while a request is out. Woken by the change hub (a write on any instance)
+//! and by a periodic sweep (retries that came due, missed wake-ups, claims left
+//! by a killed instance).
+//!
+//! At least once: progress is recorded only after the receiver answered, so an
+//! instance killed mid-request leaves that change to be sent again by whichever
+//! instance claims the subscription next, after the claim runs out. Exactly one
+//! instance delivers a subscription at a time: every record names the claim
+//! (instance, `claim_seq`) and changes nothing once it was lost.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use diesel::{PgConnection, QueryResult};
+use serde::Serialize;
+
+use crate::db::{self, PgPool};
+use crate::domain::webhooks::{matches, parse_url, safety, sign, WebhookOrbit};
+use crate::domain::Core;
+use crate::store::changes::ChangeOut;
+use crate::store::webhooks::{self as store, Attempt, Claimed, Policy};
+
+/// Subscriptions one instance delivers at once.
+const MAX_RUNNING: usize = 64;
+/// Changes read per statement while a subscription is delivered.
+const PAGE: i64 = 100;
+/// Bytes of a receiver's answer read before it is dropped.
+const BODY_CAP: usize = 64 * 1024;
+/// How long a subscription that caught up keeps its claim for its next change.
+const LINGER: Duration = Duration::from_millis(100);
+/// The least time between two claim passes woken by the change hub.
+const PASS_GAP: Duration = Duration::from_millis(5);
+/// How long the engine waits for deliveries in flight when it stops.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// What one delivery POSTs: `{"type", "timestamp", "data": Change + {"orbit"}}`.
+#[derive(Serialize)]
+pub struct Event<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    /// When the change was made (the same on every retry).
+    pub timestamp: String,
+    pub data: EventData<'a>,
+}
+
+#[derive(Serialize)]
+pub struct EventData<'a> {
+    #[serde(flatten)]
+    pub change: &'a ChangeOut,
+    pub orbit: WebhookOrbit,
+}
+
+/// The body of the delivery of `change` of the orbit (`id`, `slug`).
+pub fn event_body(change: &ChangeOut, orbit_id: i64, slug: &str) -> Vec<u8> {
+    let event = Event {
+        kind: &change.kind,
+        timestamp: crate::model::format_ts(&change.created_at),
+        data: EventData {
+            change,
+            orbit: WebhookOrbit {
+                id: orbit_id,
+                slug: slug.to_owned(),
+            },
+        },
+    };
+    serde_json::to_vec(&event).unwrap_or_default()
+}
+
+/// The running engine of this instance.
+pub struct Engine {
+    ctx: Arc<Ctx>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Ctx {
+    core: Core,
+    /// `<pid>:<random>`: names this instance's claims.
+    instance: String,
+    stop: AtomicBool,
+    wake: tokio::sync::Notify,
+    running: AtomicUsize,
+    settings: Settings,
+}
+
+#[derive(Clone, Copy)]
+struct Settings {
+    timeout: Duration,
+    lease_ms: i64,
+    retry_base_ms: i64,
+    max_attempts: i32,
+    allow_private: bool,
+    sweep: Duration,
+}
+
+impl Engine {
+    /// Starts the engine's thread.
+    pub fn start(core: Core) -> Arc<Engine> {
+        let c = &core.config;
+        let timeout = Duration::from_millis(c.webhook_timeout_ms);
+        let settings = Settings {
+            timeout,
+            // One attempt (connect, send, answer) and its record fit in a claim;
+            // every recorded delivery renews it.
+            lease_ms: (c.webhook_timeout_ms + 5000) as i64,
+            retry_base_ms: c.webhook_retry_base_ms as i64,
+            max_attempts: c.webhook_max_attempts as i32,
+            allow_private: c.webhook_allow_private,
+            sweep: Duration::from_millis(c.webhook_retry_base_ms.clamp(50, 1000)),
+        };
+        let instance = format!(
+            "{}:{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let ctx = Arc::new(Ctx {
+            core,
+            instance,
+            stop: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            running: AtomicUsize::new(0),
+            settings,
+        });
+        let run = ctx.clone();
+        let thread = std::thread::Builder::new()
+            .name("orbit-webhooks".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "webhook delivery cannot start");
+                        return;
+                    }
+                };
+                rt.block_on(engine_loop(run));
+                rt.shutdown_timeout(Duration::from_millis(200));
+            })
+            .expect("spawn the webhook delivery thread");
+        Arc::new(Engine {
+            ctx,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// This instance's name in claims (`<pid>:<random>`).
+    pub fn instance(&self) -> &str {
+        &self.ctx.instance
+    }
+
+    /// Stops claiming, lets deliveries in flight finish (for a moment) and joins
+    /// the thread. A delivery cut short is sent again after its claim runs out.
+    pub fn stop(&self) {
+        self.ctx.stop.store(true, Ordering::Relaxed);
+        self.ctx.wake.notify_one();
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Ctx {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.core.hub.is_stopped()
+    }
+}
+
+fn client(s: &Settings) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(s.timeout)
+        .timeout(s.timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(safety::SafeResolver::shared(s.allow_private))
+        .user_agent(concat!(
+            "orbit-commons-webhooks/",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .build()
+        .expect("build the webhook HTTP client")
+}
+
+async fn engine_loop(ctx: Arc<Ctx>) {
+    let http = client(&ctx.settings);
+    let mut changes = ctx.core.hub.subscribe();
+    while !ctx.stopping() {
+        let last_pass = Instant::now();
+        let free = MAX_RUNNING.saturating_sub(ctx.running.load(Ordering::Relaxed));
+        if free > 0 {
+            let (instance, lease) = (ctx.instance.clone(), ctx.settings.lease_ms);
+            match blocking(&ctx.core.pool, move |c| {
+                store::claim(c, &instance, free as i32, lease)
+            })
+            .await
+            {
+                Ok(claimed) => {
+                    for c in claimed {
+                        ctx.running.fetch_add(1, Ordering::Relaxed);
+                        tokio::spawn(run_claim(ctx.clone(), http.clone(), c));
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "webhook claim pass failed; retrying"),
+            }
+        }
+        tokio::select! {
+            _ = changes.recv() => {
+                // Under a stream of writes, one pass per few milliseconds covers
+                // them all (a subscription being delivered picks up its own new
+                // changes without a pass).
+                let since = last_pass.elapsed();
+                if since < PASS_GAP {
+                    tokio::time::sleep(PASS_GAP - since).await;
+                }
+                while changes.try_recv().is_ok() {}
+            }
+            _ = ctx.wake.notified() => {}
+            _ = tokio::time::sleep(ctx.settings.sweep) => {}
+        }
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while ctx.running.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Counts a claim's task out when it ends, and asks for a claim pass.
+struct Running(Arc<Ctx>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
+        self.0.wake.notify_one();
+    }
+}
+
+/// Delivers one claimed subscription until it has nothing more to send, an attempt
+/// failed (the retry is scheduled), it was disabled, or the claim was lost.
+async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
+    let _running = Running(ctx.clone());
+    let s = ctx.settings;
+    let mut hub = ctx.core.hub.subscribe();
+    let mut lingered = false;
+    loop {
+        // Wake-ups of changes this read will see are spent; a later one is news.
+        while !matches!(
+            hub.try_recv(),
+            Err(tokio::sync::broadcast::error::TryRecvError::Empty
+                | tokio::sync::broadcast::error::TryRecvError::Closed)
+        ) {}
+        let (orbit, after) = (c.out_orbit, c.out_through);
+        let page = match blocking(&ctx.core.pool, move |conn| {
+            crate::store::changes::load_page(conn, orbit, after, PAGE)
+        })
+        .await
+        {
+            Ok((rows, _)) => rows,
+            Err(e) => {
+                // The claim runs out and the subscription is taken up again.
+                tracing::debug!(webhook = c.out_id, error = %e, "webhook changes unreadable");
+                return;
+            }
+        };
+        if page.is_empty() && !lingered && !ctx.stopping() {
+            // Caught up: keep the claim a moment for the orbit's next change,
+            // which then costs no claim, release or new task.
+            lingered = true;
+            if next_change(&mut hub, orbit).await {
+                continue;
+            }
+        }
+        if page.is_empty() || ctx.stopping() {
+            let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
+            let _ = blocking(&ctx.core.pool, move |conn| {
+                store::release(conn, id, &instance, seq)
+            })
+            .await;
+            return;
+        }
+        lingered = false;
+        let mut skipped_to = None;
+        for change in &page {
+            if !matches(c.out_kinds.as_deref(), &change.kind) {
+                skipped_to = Some(change.revision);
+                continue;
+            }
+            if ctx.stopping() {
+                break;
+            }
+            let sent = send(&http, &s, &c, change).await;
+            let outcome = record(&ctx, &c, change.revision, Some(sent.ok), &sent).await;
+            match outcome.as_deref() {
+                Some("DELIVERED") => {
+                    c.out_through = change.revision;
+                    skipped_to = None;
+                }
+                Some(other) => {
+                    if other == "DISABLED" {
+                        tracing::warn!(
+                            webhook = c.out_id,
+                            "webhook disabled after its last attempt"
+                        );
+                    }
+                    return;
+                }
+                None => return,
+            }
+        }
+        if let Some(revision) = skipped_to {
+            let none = Sent::default();
+            if record(&ctx, &c, revision, None, &none).await.as_deref() != Some("DELIVERED") {
+                return;
+            }
+            c.out_through = revision;
+        }
+    }
+}
+
+/// Waits at most [`LINGER`] for a wake-up of `orbit` (or of every orbit); false
+/// when none came.
+async fn next_change(hub: &mut tokio::sync::broadcast::Receiver<i64>, orbit: i64) -> bool {
+    use tokio::sync::broadcast::error::RecvError;
+    let wait = async {
+        loop {
+            match hub.recv().await {
+                Ok(o) if o == orbit || o == crate::domain::feed::ALL_ORBITS => return true,
+                Ok(_) => continue,
+                Err(RecvError::Lagged(_)) => return true,
+                Err(RecvError::Closed) => return false,
+            }
+        }
+    };
+    tokio::time::timeout(LINGER, wait).await.unwrap_or(false)
+}
+
+/// What one attempt got.
+#[derive(Default)]
+struct Sent {
+    ok: bool,
+    status: Option<i32>,
+    error: Option<String>,
+    duration_ms: i32,
+}
+
+async fn record(
+    ctx: &Ctx,
+    c: &Claimed,
+    revision: i64,
+    ok: Option<bool>,
+    sent: &Sent,
+) -> Option<String> {
+    let s = ctx.settings;
+    let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
+    let (status, error, duration_ms) = (sent.status, sent.error.clone(), sent.duration_ms);
+    let result = blocking(&ctx.core.pool, move |conn| {
+        let attempt = Attempt {
+            revision,
+            ok,
+            status,
+            error: error.as_deref(),
+            duration_ms,
+        };
+        let policy = Policy {
+            retry_base_ms: s.retry_base_ms,
+            max_attempts: s.max_attempts,
+            lease_ms: s.lease_ms,
+        };
+        store::record(conn, (id, &instance, seq), &attempt, policy)
+    })
+    .await;
+    match result {
+        Ok(outcome) => Some(outcome),
+        Err(e) => {
+            // Not recorded: the change is sent again once the claim runs out.
+            tracing::debug!(webhook = c.out_id, error = %e, "webhook attempt not recorded");
+            None
+        }
+    }
+}
+
+/// One POST of one change (the URL checked again first).
+async fn send(http: &reqwest::Client, s: &Settings, c: &Claimed, change: &ChangeOut) -> Sent {
+    let started = Instant::now();
+    let done = |status: Option<i32>, error: Option<String>, ok: bool| Sent {
+        ok,
+        status,
+        error,
+        duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+    };
+    let url = match parse_url(&c.out_url) {
+        Ok(u) => u,
+        Err(why) => return done(None, Some(format!("the URL {why}")), false),
+    };
+    if let Err(refusal) = safety::check(&url, s.allow_private).await {
+        return done(
+            None,
+            Some(format!("not sent: {}", refusal.message())),
+            false,
+        );
+    }
+    let id = format!("{}.{}", c.out_orbit, change.revision);
+    let body = event_body(change, c.out_orbit, &c.out_slug);
+    let timestamp = Utc::now().timestamp();
+    let Some(signature) = sign::signature(&c.out_secret, &id, timestamp, &body) else {
+        return done(None, Some("the secret cannot sign".into()), false);
+    };
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(body)
+        .send()
+        .await;
+    match response {
+        Ok(mut r) => {
+            let status = r.status();
+            // Read a little of the answer (so the connection can be reused), then drop it.
+            let mut read = 0usize;
+            while read < BODY_CAP {
+                match r.chunk().await {
+                    Ok(Some(chunk)) => read += chunk.len(),
+                    Ok(None) => break,
+                    Err(e) => {
+                        if e.is_timeout() {
+                            return done(Some(status.as_u16() as i32), Some(timed_out(s)), false);
+                        }
+                        break;
+                    }
+                }
+            }
+            let code = Some(status.as_u16() as i32);
+            if status.is_success() {
+                done(code, None, true)
+            } else if status.is_redirection() {
+                done(
+                    code,
+                    Some(format!("HTTP {status}: redirects are not followed")),
+                    false,
+                )
+            } else {
+                done(code, Some(format!("HTTP {status}")), false)
+            }
+        }
+        Err(e) if e.is_timeout() => done(None, Some(timed_out(s)), false),
+        Err(e) => {
+            let e = e.without_url();
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(inner) = source {
+                text.push_str(": ");
+                text.push_str(&inner.to_string());
+                source = inner.source();
+            }
+            text.truncate(500);
+            done(None, Some(text), false)
+        }
+    }
+}
+
+fn timed_out(s: &Settings) -> String {
+    format!("no answer within {} ms", s.timeout.as_millis())
+}
+
+/// Runs database work on a blocking thread, on a pooled connection.
+async fn blocking<T, F>(pool: &PgPool, work: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection) -> QueryResult<T> + Send + 'static,
+{
+    let pool = pool.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = db::checkout(&pool).map_err(|e| e.to_string())?;
+        work(&mut conn).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

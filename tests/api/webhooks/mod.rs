@@ -1,0 +1,596 @@
+//! Webhooks (contract section 15, issue 22) over real HTTP, delivered to a local
+//! receiver ([`receiver`]): signatures verified as a receiver would, revision
+//! order, the kinds filter, retries with the same `webhook-id` after a 5xx and a
+//! timeout, disabling and enabling, another contributor's 404, a subscription
+//! deleted mid-delivery, URL safety, the limit and idempotent creation. The crash
+//! test is in `reliability::webhooks`.
+
+pub mod receiver;
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::harness::{sql_i64, Agent, TestApp};
+use receiver::{Plan, Receiver};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// An app whose webhooks may target the local receiver, with fast retries.
+async fn app() -> TestApp {
+    TestApp::spawn_with(|c| {
+        c.webhook_allow_private = true;
+        c.webhook_retry_base_ms = 50;
+    })
+    .await
+}
+
+/// Creates a webhook; returns its JSON (`data`).
+async fn subscribe(app: &TestApp, owner: &Agent, body: Value) -> Value {
+    let r = app.post("/api/v1/me/webhooks", &owner.token, body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json["data"].clone()
+}
+
+/// One write in the orbit (a problem); returns the revision it made.
+async fn write(app: &TestApp, agent: &Agent, orbit: i64, n: usize) -> i64 {
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/problems"),
+            &agent.token,
+            json!({"title": format!("problem {n}"), "statement": ""}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json["data"]["orbit_revision"].as_i64().expect("revision")
+}
+
+async fn webhook(app: &TestApp, owner: &Agent, id: i64) -> Value {
+    let r = app
+        .get(&format!("/api/v1/me/webhooks/{id}"), Some(&owner.token))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json["data"].clone()
+}
+
+async fn deliveries(app: &TestApp, owner: &Agent, id: i64) -> Vec<Value> {
+    let r = app
+        .get(
+            &format!("/api/v1/me/webhooks/{id}/deliveries"),
+            Some(&owner.token),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json["data"].as_array().expect("a list").clone()
+}
+
+/// Polls the subscription until `done` holds for it.
+async fn wait_webhook(
+    app: &TestApp,
+    owner: &Agent,
+    id: i64,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let w = webhook(app, owner, id).await;
+        if done(&w) {
+            return w;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "webhook never got there: {w}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn deliveries_are_signed_in_revision_order_with_the_change() {
+    let app = app().await;
+    let rx = Receiver::start();
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "hooked").await;
+    let hook = subscribe(
+        &app,
+        &owner,
+        json!({"orbit": "hooked", "url": rx.url, "description": "all of it"}),
+    )
+    .await;
+    let secret = hook["secret"]
+        .as_str()
+        .expect("the secret, once")
+        .to_owned();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    assert_eq!(hook["orbit"], json!({"id": orbit, "slug": "hooked"}));
+    assert_eq!(hook["status"], "ACTIVE");
+    assert_eq!(hook["kinds"], Value::Null);
+    assert_eq!(hook["disabled_reason"], Value::Null);
+    // It starts after the orbit's current revision (1: the orbit's creation).
+    assert_eq!(hook["delivered_through"], 1);
+    let id = hook["id"].as_i64().unwrap();
+
+    let mut revisions = Vec::new();
+    for n in 0..6 {
+        revisions.push(write(&app, &owner, orbit, n).await);
+    }
+    let got = rx.wait_for(WAIT, |g| g.len() >= 6).await;
+    assert_eq!(got.len(), 6, "a change was sent twice: {got:?}");
+    let seen: Vec<i64> = got.iter().map(|g| g.revision()).collect();
+    assert_eq!(seen, revisions, "not in revision order");
+    for g in &got {
+        g.verify(&secret).unwrap_or_else(|e| panic!("{e}: {g:?}"));
+        // A receiver given another secret refuses it.
+        assert!(g.verify("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_err());
+        assert_eq!(g.content_type, "application/json");
+        assert_eq!(g.id, format!("{orbit}.{}", g.revision()));
+        let body = g.json();
+        assert_eq!(body["type"], "problem.created");
+        let data = &body["data"];
+        assert_eq!(data["revision"], g.revision());
+        assert_eq!(data["kind"], "problem.created");
+        assert_eq!(data["entity_type"], "problem");
+        assert_eq!(data["contributor"]["id"], owner.id);
+        assert_eq!(data["orbit"], json!({"id": orbit, "slug": "hooked"}));
+        assert_eq!(body["timestamp"], data["created_at"]);
+        // The Change exactly as the feed shows it, plus the orbit.
+        let feed = app
+            .get(
+                &format!(
+                    "/api/v1/orbits/{orbit}/changes?after={}&limit=1",
+                    g.revision() - 1
+                ),
+                None,
+            )
+            .await;
+        let mut change = feed.json["data"][0].clone();
+        change["orbit"] = json!({"id": orbit, "slug": "hooked"});
+        assert_eq!(data, &change);
+    }
+    let w = wait_webhook(&app, &owner, id, |w| w["delivered_through"] == revisions[5]).await;
+    assert!(w.get("secret").is_none(), "the secret shown again: {w}");
+    let log = deliveries(&app, &owner, id).await;
+    assert_eq!(log.len(), 6, "{log:?}");
+    for (entry, rev) in log.iter().zip(&revisions) {
+        assert_eq!(entry["revision"], *rev);
+        assert_eq!(entry["attempt"], 1);
+        assert_eq!(entry["status_code"], 200);
+        assert_eq!(entry["error"], Value::Null);
+        assert!(entry["duration_ms"].as_i64().unwrap() >= 0);
+        assert!(entry["attempted_at"].is_string());
+    }
+    let list = app.get("/api/v1/me/webhooks", Some(&owner.token)).await;
+    assert_eq!(list.json["data"].as_array().unwrap().len(), 1);
+    assert!(list.json["data"][0].get("secret").is_none());
+    assert_eq!(list.json["meta"]["next_after"], Value::Null);
+}
+
+#[tokio::test]
+async fn the_kinds_filter_sends_exact_kinds_and_prefixes_only() {
+    let app = app().await;
+    let rx_exact = Receiver::start();
+    let rx_prefix = Receiver::start();
+    let owner = app.agent("owner").await;
+    let member = app.agent("member").await;
+    let orbit = app.orbit(&owner, "filtered").await;
+    let exact = subscribe(
+        &app,
+        &owner,
+        json!({"orbit": orbit, "url": rx_exact.url, "kinds": ["member.removed"]}),
+    )
+    .await;
+    subscribe(
+        &app,
+        &owner,
+        json!({"orbit": orbit, "url": rx_prefix.url, "kinds": ["member.*"]}),
+    )
+    .await;
+    assert_eq!(exact["kinds"], json!(["member.removed"]));
+    write(&app, &owner, orbit, 0).await; // problem.created: neither
+    app.join(&member, orbit).await; // member.added: the prefix only
+    let left = app
+        .delete(
+            &format!("/api/v1/orbits/{orbit}/members/{}", member.id),
+            &member.token,
+        )
+        .await;
+    assert_eq!(left.status, 200, "{}", left.text);
+    let last = write(&app, &owner, orbit, 1).await; // neither
+
+    let prefix = rx_prefix.wait_for(WAIT, |g| g.len() >= 2).await;
+    let kinds: Vec<Value> = prefix.iter().map(|g| g.json()["type"].clone()).collect();
+    assert_eq!(kinds, vec![json!("member.added"), json!("member.removed")]);
+    let got = rx_exact.wait_for(WAIT, |g| !g.is_empty()).await;
+    assert_eq!(got[0].json()["type"], "member.removed");
+    // Skipped changes are passed over: progress reaches the orbit's last revision.
+    let id = exact["id"].as_i64().unwrap();
+    wait_webhook(&app, &owner, id, |w| w["delivered_through"] == last).await;
+    assert_eq!(rx_exact.count(), 1, "{:?}", rx_exact.got());
+    assert_eq!(rx_prefix.count(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout() {
+    let app = TestApp::spawn_with(|c| {
+        c.webhook_allow_private = true;
+        c.webhook_retry_base_ms = 50;
+        c.webhook_timeout_ms = 500;
+    })
+    .await;
+    let rx = Receiver::start_with(Plan {
+        fail_next: 2,
+        fail_status: 500,
+        hang_next: 1,
+        hang: Duration::from_secs(3),
+        ..Plan::default()
+    });
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "retried").await;
+    let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
+    let id = hook["id"].as_i64().unwrap();
+    let first = write(&app, &owner, orbit, 0).await;
+    let second = write(&app, &owner, orbit, 1).await;
+    let got = rx.wait_for(WAIT, |g| g.len() >= 5).await;
+    let ids: Vec<&str> = got.iter().map(|g| g.id.as_str()).collect();
+    let a = format!("{orbit}.{first}");
+    let b = format!("{orbit}.{second}");
+    // Four attempts at the first change (500, 500, timeout, 200), then the second:
+    // it waited while the first was retried.
+    assert_eq!(ids, vec![a.as_str(), &a, &a, &a, &b], "{got:?}");
+    let secret = hook["secret"].as_str().unwrap();
+    for g in &got {
+        g.verify(secret).unwrap();
+    }
+    // The same body on every retry (only the timestamp and signature are new).
+    assert!(got[..4].iter().all(|g| g.body == got[0].body));
+    // Backoff: each retry waited at least the base, doubling.
+    assert!(got[1].at - got[0].at >= Duration::from_millis(50));
+    assert!(got[2].at - got[1].at >= Duration::from_millis(100));
+    wait_webhook(&app, &owner, id, |w| w["delivered_through"] == second).await;
+    let log = deliveries(&app, &owner, id).await;
+    let summary: Vec<(i64, i64, Value)> = log
+        .iter()
+        .map(|d| {
+            (
+                d["revision"].as_i64().unwrap(),
+                d["attempt"].as_i64().unwrap(),
+                d["status_code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (first, 1, json!(500)),
+            (first, 2, json!(500)),
+            (first, 3, Value::Null),
+            (first, 4, json!(200)),
+            (second, 1, json!(200)),
+        ]
+    );
+    assert_eq!(log[0]["error"], "HTTP 500 Internal Server Error");
+    assert!(
+        log[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 500 ms"),
+        "{}",
+        log[2]
+    );
+}
+
+#[tokio::test]
+async fn the_last_failed_attempt_disables_and_enable_resumes_after_delivered_through() {
+    let app = TestApp::spawn_with(|c| {
+        c.webhook_allow_private = true;
+        c.webhook_retry_base_ms = 20;
+        c.webhook_max_attempts = 3;
+    })
+    .await;
+    let rx = Receiver::start_with(Plan {
+        fail_next: usize::MAX,
+        fail_status: 503,
+        ..Plan::default()
+    });
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "disabled").await;
+    let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
+    let id = hook["id"].as_i64().unwrap();
+    let first = write(&app, &owner, orbit, 0).await;
+    let second = write(&app, &owner, orbit, 1).await;
+    let w = wait_webhook(&app, &owner, id, |w| w["status"] == "DISABLED").await;
+    let reason = w["disabled_reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("3 failed attempts") && reason.contains("503"),
+        "{reason}"
+    );
+    assert_eq!(w["delivered_through"], first - 1);
+    // Exactly the three attempts, all at the first change.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = rx.got();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.iter().all(|g| g.revision() == first));
+    assert_eq!(deliveries(&app, &owner, id).await.len(), 3);
+    // A third change while DISABLED is not sent.
+    let third = write(&app, &owner, orbit, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rx.count(), 3);
+
+    rx.set_plan(Plan::default());
+    let r = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/me/webhooks/{id}/enable"),
+            Some(&owner.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"]["status"], "ACTIVE");
+    assert_eq!(r.json["data"]["disabled_reason"], Value::Null);
+    let got = rx.wait_for(WAIT, |g| g.len() >= 6).await;
+    let after: Vec<i64> = got[3..].iter().map(|g| g.revision()).collect();
+    assert_eq!(after, vec![first, second, third]);
+    wait_webhook(&app, &owner, id, |w| w["delivered_through"] == third).await;
+    // Enabling an ACTIVE one changes nothing.
+    let again = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/me/webhooks/{id}/enable"),
+            Some(&owner.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json["data"]["status"], "ACTIVE");
+}
+
+#[tokio::test]
+async fn another_contributors_webhook_is_not_found() {
+    let app = app().await;
+    let rx = Receiver::start();
+    let owner = app.agent("owner").await;
+    let other = app.agent("other").await;
+    let orbit = app.orbit(&owner, "mine").await;
+    let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
+    let id = hook["id"].as_i64().unwrap();
+    let base = format!("/api/v1/me/webhooks/{id}");
+    app.get(&base, Some(&other.token))
+        .await
+        .assert_error(404, "not_found");
+    app.get(&format!("{base}/deliveries"), Some(&other.token))
+        .await
+        .assert_error(404, "not_found");
+    app.send(
+        Method::POST,
+        &format!("{base}/enable"),
+        Some(&other.token),
+        None,
+        None,
+    )
+    .await
+    .assert_error(404, "not_found");
+    app.delete(&base, &other.token)
+        .await
+        .assert_error(404, "not_found");
+    let list = app.get("/api/v1/me/webhooks", Some(&other.token)).await;
+    assert_eq!(list.json["data"], json!([]));
+    app.get("/api/v1/me/webhooks/999999", Some(&owner.token))
+        .await
+        .assert_error(404, "not_found");
+    // Without a token: 401, even for the owner's id.
+    let anon = app.get(&base, None).await;
+    assert_eq!(anon.status, 401);
+    let anon = app
+        .send(
+            Method::POST,
+            "/api/v1/me/webhooks",
+            None,
+            None,
+            Some(json!({"orbit": orbit, "url": rx.url})),
+        )
+        .await;
+    assert_eq!(anon.status, 401);
+    // Still there for its owner.
+    assert_eq!(webhook(&app, &owner, id).await["id"], id);
+}
+
+#[tokio::test]
+async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
+    // Private addresses not allowed: the default.
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "strict").await;
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": "ftp://example.com/x", "kinds": ["task.made", "task.*"],
+                   "description": "d".repeat(201)}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = &r.json["errors"];
+    assert!(errors["url"].is_array(), "{}", r.text);
+    assert!(
+        errors["kinds"][0].as_str().unwrap().contains("task.made"),
+        "{}",
+        r.text
+    );
+    assert!(errors["description"].is_array(), "{}", r.text);
+    for body in [
+        json!({"orbit": orbit, "url": "not a url"}),
+        json!({"orbit": orbit, "url": format!("https://example.com/{}", "a".repeat(2000))}),
+        json!({"orbit": orbit, "url": "https://example.com/", "kinds": []}),
+        json!({"orbit": orbit, "url": "https://example.com/", "kinds": ["*"]}),
+        json!({"orbit": orbit, "url": "https://user:pw@example.com/"}),
+        json!({"orbit": orbit, "url": "https://example.com/", "extra": 1}),
+        json!({"url": "https://example.com/"}),
+    ] {
+        let r = app
+            .post("/api/v1/me/webhooks", &owner.token, body.clone())
+            .await;
+        assert_eq!(r.status, 422, "{body}: {}", r.text);
+    }
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": "no-such-orbit", "url": "https://example.com/"}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["orbit"].is_array(), "{}", r.text);
+    for url in [
+        "http://127.0.0.1:9/x",
+        "http://localhost/x",
+        "http://10.1.2.3/",
+        "http://192.168.0.1/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/",
+        "http://0.0.0.0/",
+        "http://224.0.0.1/",
+        "http://[::ffff:127.0.0.1]/",
+    ] {
+        let r = app
+            .post(
+                "/api/v1/me/webhooks",
+                &owner.token,
+                json!({"orbit": orbit, "url": url}),
+            )
+            .await;
+        r.assert_error(422, "webhook_url_forbidden");
+    }
+    let list = app.get("/api/v1/me/webhooks", Some(&owner.token)).await;
+    assert_eq!(list.json["data"], json!([]));
+    assert_eq!(
+        sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn create_is_idempotent_and_a_contributor_has_at_most_ten() {
+    let app = app().await;
+    let rx = Receiver::start();
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "limited").await;
+    let body = json!({"orbit": orbit, "url": rx.url, "description": "keyed"});
+    let send = |key: &'static str, body: Value| {
+        let app = &app;
+        let token = owner.token.clone();
+        async move {
+            app.send(
+                Method::POST,
+                "/api/v1/me/webhooks",
+                Some(&token),
+                Some(key),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let first = send("hook-1", body.clone()).await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    let again = send("hook-1", body.clone()).await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.header("idempotency-replayed"), Some("true"));
+    assert_eq!(again.bytes, first.bytes, "not replayed byte for byte");
+    send("hook-1", json!({"orbit": orbit, "url": rx.url}))
+        .await
+        .assert_error(409, "idempotency_key_reused");
+    for n in 1..10 {
+        let r = app
+            .post(
+                "/api/v1/me/webhooks",
+                &owner.token,
+                json!({"orbit": orbit, "url": rx.url, "description": format!("{n}")}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let over = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": rx.url}),
+        )
+        .await;
+    over.assert_error(409, "webhook_limit");
+    let list = app
+        .get("/api/v1/me/webhooks?limit=100", Some(&owner.token))
+        .await;
+    assert_eq!(list.json["data"].as_array().unwrap().len(), 10);
+    // The replay of the first still answers, and made nothing new.
+    let replay = send("hook-1", body).await;
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.bytes, first.bytes);
+    assert_eq!(
+        sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"),
+        10
+    );
+    // One deleted makes room for one more.
+    let id = first.json["data"]["id"].as_i64().unwrap();
+    let gone = app
+        .delete(&format!("/api/v1/me/webhooks/{id}"), &owner.token)
+        .await;
+    assert_eq!(gone.status, 200, "{}", gone.text);
+    assert_eq!(gone.json["data"]["id"], id);
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": rx.url}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_subscription_deleted_while_a_delivery_is_in_flight_gets_nothing_more() {
+    let app = app().await;
+    let rx = Receiver::start_with(Plan {
+        hang_next: 1,
+        hang: Duration::from_millis(1500),
+        ..Plan::default()
+    });
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "deleted").await;
+    let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
+    let id = hook["id"].as_i64().unwrap();
+    write(&app, &owner, orbit, 0).await;
+    rx.wait_for(WAIT, |g| !g.is_empty()).await;
+    assert_eq!(rx.in_flight(), 1, "the delivery is not in flight");
+    let started = std::time::Instant::now();
+    let gone = app
+        .delete(&format!("/api/v1/me/webhooks/{id}"), &owner.token)
+        .await;
+    assert_eq!(gone.status, 200, "{}", gone.text);
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "the delete waited for the delivery"
+    );
+    // The delivery in flight completes; nothing more is sent, nothing recorded.
+    let deadline = std::time::Instant::now() + WAIT;
+    while rx.in_flight() > 0 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for n in 1..4 {
+        write(&app, &owner, orbit, n).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rx.count(), 1, "{:?}", rx.got());
+    app.get(&format!("/api/v1/me/webhooks/{id}"), Some(&owner.token))
+        .await
+        .assert_error(404, "not_found");
+    let mut conn = app.db.conn();
+    assert_eq!(sql_i64(&mut conn, "SELECT count(*) AS n FROM webhooks"), 0);
+    assert_eq!(
+        sql_i64(&mut conn, "SELECT count(*) AS n FROM webhook_deliveries"),
+        0
+    );
+}
