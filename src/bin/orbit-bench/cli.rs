@@ -69,10 +69,11 @@ pub enum Scenario {
     Overview,
     WriteMix,
     Search,
+    OrbitPage,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::LeaseCycle,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
@@ -82,6 +83,7 @@ impl Scenario {
         Scenario::Overview,
         Scenario::WriteMix,
         Scenario::Search,
+        Scenario::OrbitPage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +97,7 @@ impl Scenario {
             Scenario::Overview => "overview",
             Scenario::WriteMix => "write-mix",
             Scenario::Search => "search",
+            Scenario::OrbitPage => "orbit-page",
         }
     }
 

@@ -31,6 +31,7 @@
 mod bulk;
 mod cli;
 mod client;
+mod orbit_page;
 mod profile;
 mod references;
 mod report;
