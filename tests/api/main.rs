@@ -1,6 +1,7 @@
 //! One integration-test binary: real HTTP against real PostgreSQL.
 
 mod auth;
+mod browser;
 mod changes;
 mod commits;
 mod embedded;
@@ -18,6 +19,7 @@ mod mcp;
 mod members;
 mod openapi;
 mod orbits;
+mod pages;
 mod protection;
 mod quick;
 mod read_groups;
