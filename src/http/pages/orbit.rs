@@ -246,13 +246,13 @@ pub fn task_card(base: &str, t: &Task, now: DateTime<Utc>) -> Markup {
             p.meta {
                 span.id { "#" (t.id) }
                 @if let Some(l) = &t.active_lease {
-                    " · " (badge("LEASED")) " held by " (actor(&l.contributor))
+                    " · held by " (actor(&l.contributor))
                     " · " strong.left { (when("expires ", l.expires_at, now)) }
-                    " · v" (l.lease_version)
+                    " · lease v" (l.lease_version)
                 } @else if t.status == "OPEN" {
-                    " · " (badge("OPEN")) " · " (when("created ", t.created_at, now))
+                    " · " (when("created ", t.created_at, now))
                 } @else {
-                    " · " (badge(&t.status)) " · " (when("", t.updated_at, now))
+                    " · " (t.status.to_ascii_lowercase()) " " (when("", t.updated_at, now))
                 }
             }
         }
