@@ -52,7 +52,11 @@ pub async fn seed(app: &TestApp, slug: &str) -> Seeded {
         let path = format!("{o}/tasks");
         async move {
             let r = app
-                .post_keyed(&path, &token, json!({"title": title, "problem_id": problem_id}))
+                .post_keyed(
+                    &path,
+                    &token,
+                    json!({"title": title, "problem_id": problem_id}),
+                )
                 .await;
             assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
             r.json["data"]["id"].as_i64().unwrap()
@@ -295,7 +299,10 @@ async fn every_page_renders_its_content_with_the_csp() {
         "SUPPORTS 1 DISPUTES 0 INCONCLUSIVE 0 NEEDS WORK 0",
         "The tarball embeds mtimes",
     ] {
-        assert!(problem.contains(text), "problem page lacks {text:?}: {problem}");
+        assert!(
+            problem.contains(text),
+            "problem page lacks {text:?}: {problem}"
+        );
     }
 
     let c = page(format!("/o/{}/contributions/{}", s.slug, s.contribution)).await;
@@ -349,7 +356,13 @@ async fn every_page_renders_its_content_with_the_csp() {
     let leased = page(format!("/o/{}/tasks?state=LEASED", s.slug)).await;
     assert!(leased.contains("Pin the compiler version"), "{leased}");
     assert!(!leased.contains("Write the release notes"), "{leased}");
-    let _ = (s.open_task, s.leased_task, s.cancelled_task, s.orbit, &s.owner);
+    let _ = (
+        s.open_task,
+        s.leased_task,
+        s.cancelled_task,
+        s.orbit,
+        &s.owner,
+    );
 }
 
 #[tokio::test]
@@ -373,7 +386,9 @@ async fn untrusted_content_is_shown_as_text() {
         );
     }
     // A search query is echoed as text too.
-    let r = app.get("/search?q=%3Cscript%3Ealert(1)%3C/script%3E", None).await;
+    let r = app
+        .get("/search?q=%3Cscript%3Ealert(1)%3C/script%3E", None)
+        .await;
     assert!(r.status.as_u16() < 500, "{}", r.text);
     assert!(!r.text.contains("<script>alert"), "{}", r.text);
 }
@@ -450,8 +465,21 @@ async fn bad_query_parameters_are_an_html_400_never_a_5xx() {
     }
     // Whatever a person types, never a 5xx.
     for q in [
-        "%22", "%22%22", "-", "OR", "a%20OR", "((", "%00", "%F0%9F%98%80", "%27%3B--", "*",
-        "%5C", "&&", "!!", "a:b", "-OR-",
+        "%22",
+        "%22%22",
+        "-",
+        "OR",
+        "a%20OR",
+        "((",
+        "%00",
+        "%F0%9F%98%80",
+        "%27%3B--",
+        "*",
+        "%5C",
+        "&&",
+        "!!",
+        "a:b",
+        "-OR-",
     ] {
         let r = app.get(&format!("/search?q={q}"), None).await;
         assert!(r.status.as_u16() < 500, "q={q}: {} {}", r.status, r.text);
@@ -479,16 +507,24 @@ async fn long_lists_page_and_the_board_links_to_the_rest() {
     assert_page(&board, 200);
     let text = visible(&board.text);
     assert!(text.contains("Task number 11"), "{text}");
-    assert!(!text.contains("Task number 12"), "the board shows 12: {text}");
     assert!(
-        board
-            .text
-            .contains(&format!("/o/many-tasks/tasks?state=OPEN&amp;after={}", ids[11])),
+        !text.contains("Task number 12"),
+        "the board shows 12: {text}"
+    );
+    assert!(
+        board.text.contains(&format!(
+            "/o/many-tasks/tasks?state=OPEN&amp;after={}",
+            ids[11]
+        )),
         "{}",
         board.text
     );
     // The feed links to older activity.
-    assert!(board.text.contains("/o/many-tasks/activity?before="), "{}", board.text);
+    assert!(
+        board.text.contains("/o/many-tasks/activity?before="),
+        "{}",
+        board.text
+    );
 
     let first = app.get("/o/many-tasks/tasks?state=OPEN", None).await;
     let text = visible(&first.text);
@@ -496,9 +532,7 @@ async fn long_lists_page_and_the_board_links_to_the_rest() {
     assert!(!text.contains("Task number 25"), "{text}");
     let next = format!("/o/many-tasks/tasks?state=OPEN&amp;after={}", ids[24]);
     assert!(first.text.contains(&next), "{}", first.text);
-    let second = app
-        .get(&next.replace("&amp;", "&"), None)
-        .await;
+    let second = app.get(&next.replace("&amp;", "&"), None).await;
     let text = visible(&second.text);
     assert!(text.contains("Task number 25"), "{text}");
     assert!(text.contains("Task number 29"), "{text}");
@@ -520,7 +554,11 @@ async fn assets_are_served_from_the_binary() {
     let app = TestApp::spawn().await;
     for (path, kind, needle) in [
         ("/assets/pages.css", "text/css; charset=utf-8", ".board"),
-        ("/assets/live.js", "text/javascript; charset=utf-8", "EventSource"),
+        (
+            "/assets/live.js",
+            "text/javascript; charset=utf-8",
+            "EventSource",
+        ),
         ("/assets/icon.svg", "image/svg+xml", "<svg"),
     ] {
         let r = app.get(path, None).await;

@@ -34,7 +34,10 @@ async fn index_page(state: State, req: HttpRequest) -> PageResult {
     let q: AfterQuery = query(&req)?;
     let after = position("after", q.after)?.unwrap_or(0);
     let cursor = Cursor { after, limit: PAGE };
-    let rows = read(&state, move |conn| Ok(orbit_store::summaries(conn, cursor)?)).await?;
+    let rows = read(&state, move |conn| {
+        Ok(orbit_store::summaries(conn, cursor)?)
+    })
+    .await?;
     let page = cursor.page(rows, |o| o.id);
     let now = Utc::now();
     Ok(layout::page(
@@ -135,7 +138,9 @@ async fn search_page(state: State, bearer: Bearer, req: HttpRequest) -> PageResu
         limit: Some(PAGE),
         cursor: p.cursor.clone(),
     };
-    let found = search::search(&state, bearer, query).await.map_err(PageError::from)?;
+    let found = search::search(&state, bearer, query)
+        .await
+        .map_err(PageError::from)?;
     let mut next = None;
     if let Some(c) = &found.meta.next_cursor {
         let mut href = format!("/search?q={}&cursor={}", encode(&q), encode(c));
@@ -240,11 +245,7 @@ struct BeforeQuery {
 /// `/contributors/{id}`: the self-declared name, type and model claim (labelled as
 /// self-declared), the orbits it belongs to and its recent activity, paged by
 /// `?before=<RFC 3339 instant>`.
-pub async fn contributor(
-    state: State,
-    path: web::Path<String>,
-    req: HttpRequest,
-) -> HttpResponse {
+pub async fn contributor(state: State, path: web::Path<String>, req: HttpRequest) -> HttpResponse {
     respond(contributor_page(state, path.into_inner(), req).await)
 }
 
@@ -262,7 +263,14 @@ async fn contributor_page(state: State, segment: String, req: HttpRequest) -> Pa
     let (who, orbits, activity) = read(&state, move |conn| {
         let who = crate::store::contributors::find(conn, id)?
             .ok_or(crate::error::ApiError::not_found("Contributor"))?;
-        let orbits = orbit_store::memberships_of(conn, id, Cursor { after: 0, limit: 100 })?;
+        let orbits = orbit_store::memberships_of(
+            conn,
+            id,
+            Cursor {
+                after: 0,
+                limit: 100,
+            },
+        )?;
         let activity = changes_store::of_contributor(conn, id, before, PAGE + 1)?;
         Ok((who, orbits, activity))
     })

@@ -20,7 +20,12 @@ pub struct Live<'a> {
 
 /// A whole page: `title` for the tab, `crumbs` above the heading, `body` inside
 /// `<main>`.
-pub fn page(title: &str, crumbs: &[(String, String)], live: Option<Live<'_>>, body: Markup) -> Markup {
+pub fn page(
+    title: &str,
+    crumbs: &[(String, String)],
+    live: Option<Live<'_>>,
+    body: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -111,8 +116,9 @@ pub fn error(e: &PageError) -> Markup {
 /// A contributor's self-declared name, linked to its page, with its type.
 pub fn actor(a: &ContributorActor) -> Markup {
     html! {
-        a.actor href={ "/contributors/" (a.id) } title={ (a.kind) " · self-declared name" } {
-            (a.name) " " span.kind { (a.kind.to_ascii_lowercase()) }
+        span.actor {
+            a href={ "/contributors/" (a.id) } title="Self-declared name" { (a.name) }
+            " " span.kind { (a.kind.to_ascii_lowercase()) }
         }
     }
 }
@@ -129,7 +135,11 @@ pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let future = secs > 0;
     let s = secs.unsigned_abs();
     let amount = if s < 45 {
-        return if future { "in a few seconds".into() } else { "just now".into() };
+        return if future {
+            "in a few seconds".into()
+        } else {
+            "just now".into()
+        };
     } else if s < 90 * 60 {
         format!("{} min", (s + 30) / 60)
     } else if s < 36 * 3600 {

@@ -224,6 +224,5 @@ pub fn orbit_of(
     conn: &mut diesel::PgConnection,
     slug: &str,
 ) -> crate::db::TxResult<crate::store::orbits::Orbit> {
-    crate::store::orbits::find(conn, slug)?
-        .ok_or_else(|| ApiError::not_found("Orbit").into())
+    crate::store::orbits::find(conn, slug)?.ok_or_else(|| ApiError::not_found("Orbit").into())
 }

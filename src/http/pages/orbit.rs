@@ -113,10 +113,9 @@ fn orbit_view(conn: &mut PgConnection, slug: &str) -> TxResult<OrbitView> {
         |p| p.id,
     );
     let contributions = contribution_store::latest_of_orbit(conn, orbit.id, None, BOARD + 1)?;
-    let members = first(BOARD).page(
-        orbit_store::members(conn, orbit.id, first(BOARD))?,
-        |m| m.contributor.id,
-    );
+    let members = first(BOARD).page(orbit_store::members(conn, orbit.id, first(BOARD))?, |m| {
+        m.contributor.id
+    });
     let feed = changes_store::latest(conn, orbit.id, orbit.revision, PAGE)?;
     Ok(OrbitView {
         orbit,
@@ -349,7 +348,10 @@ pub fn feed(slug: &str, changes: &[ChangeOut], now: DateTime<Utc>) -> Markup {
 pub fn change_line(slug: &str, c: &ChangeOut, now: DateTime<Utc>, with_orbit: bool) -> Markup {
     let base = format!("/o/{slug}");
     let target = match c.entity_type.as_str() {
-        "problem" => Some((format!("{base}/problems/{}", c.entity_id), format!("problem #{}", c.entity_id))),
+        "problem" => Some((
+            format!("{base}/problems/{}", c.entity_id),
+            format!("problem #{}", c.entity_id),
+        )),
         "contribution" => Some((
             format!("{base}/contributions/{}", c.entity_id),
             format!("contribution #{}", c.entity_id),
@@ -470,7 +472,11 @@ async fn members_page(state: State, slug: String, req: HttpRequest) -> PageResul
         .meta
         .next_after
         .map(|a| format!("/o/{}/members?after={a}", orbit.slug));
-    list_page(&orbit, "Members", html! { (member_list(&page.data)) (pager(next)) })
+    list_page(
+        &orbit,
+        "Members",
+        html! { (member_list(&page.data)) (pager(next)) },
+    )
 }
 
 /// `/o/{slug}/problems?after=<id>`.
@@ -492,7 +498,10 @@ async fn problems_page(state: State, slug: String, req: HttpRequest) -> PageResu
     .await?;
     let now = Utc::now();
     let base = format!("/o/{}", orbit.slug);
-    let next = page.meta.next_after.map(|a| format!("{base}/problems?after={a}"));
+    let next = page
+        .meta
+        .next_after
+        .map(|a| format!("{base}/problems?after={a}"));
     list_page(
         &orbit,
         "Problems",
@@ -541,4 +550,3 @@ fn list_page(orbit: &Orbit, heading: &str, body: Markup) -> PageResult {
         html! { h1 { (heading) } (body) },
     ))
 }
-

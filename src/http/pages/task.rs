@@ -210,7 +210,7 @@ fn checkpoint_item(c: &Checkpoint, now: DateTime<Utc>) -> Markup {
                 " · " (when("", c.created_at, now))
             }
             p.text { (c.summary) }
-            details {
+            details open {
                 summary { "State (JSON, sha-256 " code { (layout::clip(&c.state_hash, 12)) } ")" }
                 pre.json tabindex="0" { code { (pretty) } }
             }
