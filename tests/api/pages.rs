@@ -584,3 +584,56 @@ async fn assets_are_served_from_the_binary() {
         .await;
     assert!(r.status.is_client_error(), "{}", r.status);
 }
+
+#[tokio::test]
+async fn the_orbit_page_is_never_served_stale_after_a_write() {
+    let app = TestApp::spawn().await;
+    let s = seed(&app, "fresh").await;
+    let path = format!("/o/{}", s.slug);
+    let first = app.get(&path, None).await;
+    assert_page(&first, 200);
+    // The second read is the kept page (the list cache counts a hit), byte for byte.
+    let [before] = app.metrics(["orbit_list_cache_hits_total"]).await;
+    let again = app.get(&path, None).await;
+    assert_eq!(again.text, first.text);
+    let [after_hit] = app.metrics(["orbit_list_cache_hits_total"]).await;
+    assert_eq!(after_hit, before + 1);
+    // A write to the orbit shows on the very next read.
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{}/tasks", s.orbit),
+            &s.owner.token,
+            json!({"title": "Written after the first read"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let after = visible(&app.get(&path, None).await.text);
+    assert!(after.contains("Written after the first read"), "{after}");
+    // And so does a lease being released (a write that moves a card).
+    let r = app
+        .post_keyed(
+            &format!(
+                "/api/v1/leases/{}/release",
+                lease_of(&app, s.leased_task).await
+            ),
+            &s.holder.token,
+            json!({"lease_version": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let html = app.get(&path, None).await.text;
+    let leased = html
+        .split("class=\"column c-leased\"")
+        .nth(1)
+        .and_then(|rest| rest.split("class=\"column c-completed\"").next())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!leased.contains("Pin the compiler version"), "{leased}");
+}
+
+async fn lease_of(app: &TestApp, task: i64) -> i64 {
+    let r = app.get(&format!("/api/v1/tasks/{task}"), None).await;
+    r.json["data"]["active_lease"]["id"]
+        .as_i64()
+        .expect("an active lease")
+}

@@ -130,14 +130,26 @@ pub fn error_page(e: PageError) -> HttpResponse {
     html_response(status, layout::error(&e))
 }
 
+/// A rendered page's bytes as a 200 (a page kept by the list cache).
+pub fn html_bytes(body: actix_web::web::Bytes) -> HttpResponse {
+    html_body(StatusCode::OK, body)
+}
+
 fn html_response(status: StatusCode, markup: Markup) -> HttpResponse {
+    html_body(status, markup.into_string())
+}
+
+fn html_body(
+    status: StatusCode,
+    body: impl actix_web::body::MessageBody + 'static,
+) -> HttpResponse {
     let mut resp = HttpResponse::build(status)
         .insert_header((
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/html; charset=utf-8"),
         ))
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-cache")))
-        .body(markup.into_string());
+        .body(body);
     secure(resp.headers_mut());
     resp
 }

@@ -5,6 +5,7 @@
 //! `/contributions`. Reads are the API's store functions (`tasks_page` is the very
 //! query behind `GET /orbits/{orbit}/tasks`).
 
+use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
@@ -14,6 +15,7 @@ use serde::Deserialize;
 use crate::db::TxResult;
 use crate::http::api::State;
 use crate::model::{Cursor, Page};
+use crate::perf::listcache::{self, ListKey, ListRoute, Stamp};
 use crate::store::changes::{self as changes_store, ChangeOut};
 use crate::store::contributions::{self as contribution_store, Contribution};
 use crate::store::handoffs::{self as handoff_store, Handoff};
@@ -71,18 +73,28 @@ impl State4 {
     }
 }
 
-/// One column of the board: a page of the orbit's tasks in that state.
+/// One column of the board: a page of the orbit's tasks in that state, and until
+/// when the orbit's active leases keep it exact (`None`: no active lease).
+fn column_until(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    state: State4,
+    cursor: Cursor,
+) -> TxResult<(Page<Task>, Option<DateTime<Utc>>)> {
+    let (status, leased) = state.filter();
+    let (rows, until) = task_store::tasks_page(conn, orbit_id, Some(status), leased, cursor)?
+        .map(|(rows, stamp)| (rows, stamp.m_valid_until))
+        .unwrap_or_default();
+    Ok((cursor.page(rows, |t| t.id), until))
+}
+
 fn column(
     conn: &mut PgConnection,
     orbit_id: i64,
     state: State4,
     cursor: Cursor,
 ) -> TxResult<Page<Task>> {
-    let (status, leased) = state.filter();
-    let rows = task_store::tasks_page(conn, orbit_id, Some(status), leased, cursor)?
-        .map(|(rows, _)| rows)
-        .unwrap_or_default();
-    Ok(cursor.page(rows, |t| t.id))
+    Ok(column_until(conn, orbit_id, state, cursor)?.0)
 }
 
 struct OrbitView {
@@ -95,14 +107,25 @@ struct OrbitView {
     feed: Vec<ChangeOut>,
 }
 
-/// Everything the orbit page shows, on one connection. The orbit row is read
-/// first, so the feed never shows a revision the page's `data-live-after` skips.
-fn orbit_view(conn: &mut PgConnection, slug: &str) -> TxResult<OrbitView> {
-    let orbit = orbit_of(conn, slug)?;
+/// How long a rendered orbit page is kept at most, even with nothing expiring: its
+/// relative times ("3 min ago") were written with the clock of its rendering (the
+/// live script corrects them at load).
+const PAGE_FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
+/// Everything the orbit page shows, on one connection, and the moment after which
+/// time alone could change it (a lease or a handoff running out). The orbit row is
+/// read first, so the feed never shows a revision the page's `data-live-after`
+/// skips, and so the page's revision is never newer than what it shows.
+fn orbit_view(conn: &mut PgConnection, orbit_id: i64) -> TxResult<(OrbitView, DateTime<Utc>)> {
+    let orbit = crate::store::orbits::find_by_id(conn, orbit_id)?
+        .ok_or(crate::error::ApiError::not_found("Orbit"))?;
     let first = |limit| Cursor { after: 0, limit };
     let mut board = Vec::with_capacity(4);
+    let mut until: Option<DateTime<Utc>> = None;
     for state in State4::ALL {
-        board.push((state, column(conn, orbit.id, state, first(BOARD))?));
+        let (tasks, column_until) = column_until(conn, orbit.id, state, first(BOARD))?;
+        until = until.into_iter().chain(column_until).min();
+        board.push((state, tasks));
     }
     let handoffs = first(BOARD).page(
         handoff_store::pending_of_orbit(conn, orbit.id, first(BOARD))?,
@@ -117,7 +140,11 @@ fn orbit_view(conn: &mut PgConnection, slug: &str) -> TxResult<OrbitView> {
         m.contributor.id
     });
     let feed = changes_store::latest(conn, orbit.id, orbit.revision, PAGE)?;
-    Ok(OrbitView {
+    let until = until
+        .into_iter()
+        .chain(handoffs.data.iter().map(|h| h.expires_at))
+        .min();
+    let view = OrbitView {
         orbit,
         board,
         handoffs,
@@ -125,20 +152,63 @@ fn orbit_view(conn: &mut PgConnection, slug: &str) -> TxResult<OrbitView> {
         contributions,
         members,
         feed,
-    })
+    };
+    Ok((view, until.unwrap_or(DateTime::<Utc>::MAX_UTC)))
 }
 
-/// `/o/{slug}`.
+/// `/o/{slug}`, through the list cache (`perf::listcache`, as the API's task list):
+/// one statement reads the orbit's revision and the clock, and a page rendered at
+/// that revision whose stamp still holds is sent again as it was. A write to the
+/// orbit advances its revision, so it is never served stale; time alone ends it at
+/// the first lease or handoff expiry it shows, or after `PAGE_FRESH`.
 pub async fn orbit(state: State, path: web::Path<String>) -> HttpResponse {
-    respond(orbit_page(state, path.into_inner()).await)
+    match orbit_cached(state, path.into_inner()).await {
+        Ok(body) => super::html_bytes(body),
+        Err(e) => super::error_page(e),
+    }
 }
 
-async fn orbit_page(state: State, slug: String) -> PageResult {
-    let v = read(&state, move |conn| orbit_view(conn, &slug)).await?;
+async fn orbit_cached(state: State, slug: String) -> Result<Bytes, super::PageError> {
+    enum Read {
+        Hit(Bytes),
+        Miss(ListKey, Box<OrbitView>, Stamp),
+    }
+    let cache = state.list_cache.clone();
+    let read = read(&state, move |conn| {
+        let probe =
+            listcache::probe(conn, &slug)?.ok_or(crate::error::ApiError::not_found("Orbit"))?;
+        let key = ListKey {
+            route: ListRoute::OrbitPage,
+            orbit_id: probe.id,
+            params: String::new(),
+        };
+        if let Some(body) = cache.get(&key, probe.revision, probe.now) {
+            return Ok(Read::Hit(body));
+        }
+        let (view, until) = orbit_view(conn, probe.id)?;
+        let stamp = Stamp {
+            m_revision: view.orbit.revision,
+            m_now: probe.now,
+            m_valid_until: Some(until.min(probe.now + PAGE_FRESH)),
+        };
+        Ok(Read::Miss(key, Box::new(view), stamp))
+    })
+    .await?;
+    match read {
+        Read::Hit(body) => Ok(body),
+        Read::Miss(key, view, stamp) => {
+            let body = Bytes::from(orbit_markup(&view).into_string());
+            state.list_cache.put(key, stamp, body.clone());
+            Ok(body)
+        }
+    }
+}
+
+fn orbit_markup(v: &OrbitView) -> Markup {
     let now = Utc::now();
     let o = &v.orbit;
     let base = format!("/o/{}", o.slug);
-    Ok(layout::page(
+    layout::page(
         &o.name,
         &[("/".into(), "Commons".into())],
         Some(Live {
@@ -197,7 +267,7 @@ async fn orbit_page(state: State, slug: String) -> PageResult {
                 }
             }
         },
-    ))
+    )
 }
 
 fn orbit_header(o: &Orbit, now: DateTime<Utc>) -> Markup {
