@@ -120,6 +120,30 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub long_polls_per_client: u32,
 
+    /// Live event streams (`GET /api/v1/orbits/{orbit}/events`) one client (a token,
+    /// or an address without one) may have open at once on this instance; beyond, 429.
+    #[arg(long, env = "ORBIT_MAX_STREAMS_PER_CLIENT", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_streams_per_client: u32,
+
+    /// Seconds after which the server ends an event stream (saying `retry:` first);
+    /// the client reconnects with `Last-Event-ID` and loses nothing.
+    #[arg(long, env = "ORBIT_STREAM_MAX_SECONDS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub stream_max_seconds: u64,
+
+    /// Seconds between `: keep-alive` comments on a quiet event stream (at most 15).
+    #[arg(long, env = "ORBIT_STREAM_KEEPALIVE_SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=15))]
+    pub stream_keepalive_seconds: u64,
+
+    /// Batches of new events (one per read of the orbit's feed) an event stream may
+    /// have waiting to be sent; a subscriber that falls this far behind (a stalled
+    /// reader) is dropped and reconnects with `Last-Event-ID`.
+    #[arg(long, env = "ORBIT_STREAM_BUFFER", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub stream_buffer: u32,
+
     /// Serve `/metrics` only on this address (a second listener that serves nothing
     /// else); the main address then answers 404 there. Unset: on the main address.
     #[arg(long, env = "ORBIT_METRICS_BIND")]
@@ -174,6 +198,10 @@ impl Config {
             client_timeout_seconds: 10,
             list_cache_bytes: LIST_CACHE_DEFAULT_BYTES,
             long_polls_per_client: 8,
+            max_streams_per_client: 16,
+            stream_max_seconds: 900,
+            stream_keepalive_seconds: 15,
+            stream_buffer: 64,
             metrics_bind: None,
             metrics_token: None,
             test_short_durations: false,

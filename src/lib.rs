@@ -73,6 +73,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         config: Arc::new(config.clone()),
         tokens,
         hub,
+        events: Arc::default(),
         quick: Arc::new(quick::QuickQueue::new(
             pool.clone(),
             config.write_lanes as usize,
@@ -128,6 +129,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
         None => None,
     };
     spawn_background(&state);
+    end_streams_on_signal(&state);
     let mut server = HttpServer::new(move || {
         let (app, _) = App::new()
             .into_utoipa_app()
@@ -199,6 +201,34 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
         handle,
         state,
     })
+}
+
+/// actix-web stops gracefully on SIGINT and SIGTERM and waits for open connections;
+/// an event stream would hold it for the whole shutdown timeout. On the same
+/// signals, every stream says `retry:` and ends (its connection closes with it).
+fn end_streams_on_signal(state: &AppState) {
+    let streams = state.events.clone();
+    actix_web::rt::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        streams.close();
+    });
 }
 
 /// Background upkeep: the idempotency key purge and idle rate-limit buckets.

@@ -87,6 +87,9 @@ pub struct Gauges {
     pub long_polls_waiting: u64,
     pub feed_shared_reads: u64,
     pub feed_own_reads: u64,
+    /// `(open, dropped, tail reads, own reads)` of the live event streams
+    /// (`domain::events`).
+    pub event_streams: (u64, u64, u64, u64),
 }
 
 /// Which limiter refused a request (index into `rate_limited`).
@@ -363,6 +366,31 @@ impl Metrics {
             "orbit_feed_own_reads_total",
             "Change-feed reads a woken long poll ran alone (the shared read did not cover it).",
             g.feed_own_reads,
+        );
+        let (open, dropped, tail_reads, own_reads) = g.event_streams;
+        gauge(
+            &mut out,
+            "orbit_event_streams_open",
+            "Live event streams open on this instance.",
+            open,
+        );
+        counter(
+            &mut out,
+            "orbit_event_streams_dropped_total",
+            "Event streams dropped because their client stopped reading (a full queue).",
+            dropped,
+        );
+        counter(
+            &mut out,
+            "orbit_event_tail_reads_total",
+            "Change-feed reads of the event tails: one per orbit and wake-up, for all its streams.",
+            tail_reads,
+        );
+        counter(
+            &mut out,
+            "orbit_event_own_reads_total",
+            "Change-feed reads of one event stream (its replay, or a hole it filled).",
+            own_reads,
         );
         let (bytes, entries) = g.list_cache_usage;
         gauge(

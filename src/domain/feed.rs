@@ -39,6 +39,10 @@ pub struct ChangeHub {
     stop: Arc<AtomicBool>,
     /// Orbits whose changes committed here and still need a `NOTIFY`.
     outbox: Arc<(Mutex<BTreeSet<i64>>, Condvar)>,
+    /// The backend pid of this instance's notifier connection: the listener skips
+    /// the echo of our own `NOTIFY`s, whose waiters `publish` already woke (one
+    /// feed read per change, not two).
+    notifier_pid: Arc<std::sync::atomic::AtomicI32>,
 }
 
 impl Default for ChangeHub {
@@ -48,6 +52,7 @@ impl Default for ChangeHub {
             tx,
             stop: Arc::new(AtomicBool::new(false)),
             outbox: Arc::new((Mutex::new(BTreeSet::new()), Condvar::new())),
+            notifier_pid: Arc::default(),
         }
     }
 }
@@ -108,6 +113,14 @@ impl ChangeHub {
             for _ in 0..2 {
                 if conn.is_none() {
                     conn = PgConnection::establish(url).ok();
+                    if let Some(c) = conn.as_mut() {
+                        let pid = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
+                            "pg_backend_pid()",
+                        ))
+                        .get_result::<i32>(c)
+                        .unwrap_or(0);
+                        self.notifier_pid.store(pid, Ordering::Relaxed);
+                    }
                 }
                 let Some(c) = conn.as_mut() else {
                     std::thread::sleep(Duration::from_millis(100));
@@ -178,6 +191,7 @@ impl ChangeHub {
                 }
                 for item in conn.notifications_iter() {
                     match item {
+                        Ok(n) if n.process_id == self.notifier_pid.load(Ordering::Relaxed) => {}
                         Ok(n) => {
                             if let Ok(orbit_id) = n.payload.parse::<i64>() {
                                 self.notify(orbit_id);
@@ -326,30 +340,58 @@ pub struct PollSlot<'a> {
     client: PollClient,
 }
 
+/// [`PollSlot`] for a place that outlives the request's borrow (an event stream).
+pub struct OwnedPollSlot {
+    counts: Arc<PollCounts>,
+    client: PollClient,
+}
+
 impl PollCounts {
     /// A place for one more long poll of `client`, or `None` at the cap.
     pub fn enter(&self, client: PollClient, cap: u32) -> Option<PollSlot<'_>> {
-        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = counts.entry(client).or_default();
-        if *n >= cap {
-            return None;
-        }
-        *n += 1;
-        Some(PollSlot {
+        self.take(client, cap).then_some(PollSlot {
             counts: self,
             client,
         })
+    }
+
+    /// [`PollCounts::enter`], the place owning a handle on the counts.
+    pub fn enter_owned(self: &Arc<Self>, client: PollClient, cap: u32) -> Option<OwnedPollSlot> {
+        self.take(client, cap).then(|| OwnedPollSlot {
+            counts: self.clone(),
+            client,
+        })
+    }
+
+    fn take(&self, client: PollClient, cap: u32) -> bool {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = counts.entry(client).or_default();
+        if *n >= cap {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn give_back(&self, client: PollClient) {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&client) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&client);
+            }
+        }
     }
 }
 
 impl Drop for PollSlot<'_> {
     fn drop(&mut self) {
-        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&self.client) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.client);
-            }
-        }
+        self.counts.give_back(self.client);
+    }
+}
+
+impl Drop for OwnedPollSlot {
+    fn drop(&mut self) {
+        self.counts.give_back(self.client);
     }
 }

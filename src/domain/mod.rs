@@ -2,12 +2,13 @@
 //! (authentication, key claim, fence, effect, revision, stored response), called
 //! alike by a REST handler and its MCP tool. It owns the rules: tokens and callers
 //! (`auth`), the lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit
-//! revision (`revision`), the change hub (`feed`), search (`search`) and the one
+//! revision (`revision`), the change hub (`feed`), live event streams (`events`), search (`search`) and the one
 //! write path (`write`).
 //! It imports store, perf, model, db and error, never `http`.
 
 pub mod access;
 pub mod auth;
+pub mod events;
 pub mod feed;
 pub mod fence;
 pub mod idempotency;
@@ -29,6 +30,8 @@ pub struct Core {
     pub config: Arc<Config>,
     pub tokens: Arc<auth::TokenCache>,
     pub hub: feed::ChangeHub,
+    /// The live event streams of this instance and their per-orbit tails.
+    pub events: Arc<events::Streams>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The lease-cycle writes of this instance, run in groups (`perf::quick`).
     pub quick: Arc<crate::perf::quick::QuickQueue>,

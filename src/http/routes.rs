@@ -77,6 +77,7 @@ pub fn configure(cfg: &mut ServiceConfig) {
                 .service(api::members::put_member)
                 .service(api::members::delete_member)
                 .service(api::changes::list_changes)
+                .service(api::events::stream_events)
                 .service(api::tasks::create_task)
                 .service(api::tasks::list_tasks)
                 .service(api::tasks::get_task)

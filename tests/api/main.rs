@@ -6,6 +6,7 @@ mod changes;
 mod commits;
 mod embedded;
 mod errors;
+mod events;
 mod functions;
 mod handoffs;
 mod hardening;

@@ -8,6 +8,7 @@ pub mod changes;
 pub mod checkpoints;
 pub mod contributions;
 pub mod contributors;
+pub mod events;
 pub mod handoffs;
 pub mod leases;
 pub mod members;

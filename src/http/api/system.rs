@@ -150,5 +150,11 @@ fn gauges(state: &AppState) -> Gauges {
         long_polls_waiting: state.feed_reads.waiting.load(Relaxed),
         feed_shared_reads: state.feed_reads.shared_reads.load(Relaxed),
         feed_own_reads: state.feed_reads.own_reads.load(Relaxed),
+        event_streams: (
+            core.events.open.load(Relaxed),
+            core.events.dropped.load(Relaxed),
+            core.events.tail_reads.load(Relaxed),
+            core.events.own_reads.load(Relaxed),
+        ),
     }
 }

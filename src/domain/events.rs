@@ -1,0 +1,469 @@
+//! Live events (contract section 14): an orbit's change feed as a Server-Sent Events
+//! stream, resumable, shared across instances, and how one read serves every
+//! subscriber.
+//!
+//! **Fan-out.** Each orbit with subscribers on this instance has one *tail*: a task
+//! that wakes on the change hub ([`ChangeHub`], LISTEN/NOTIFY across instances),
+//! reads the new changes once, renders each as its SSE frame once, and puts the
+//! frames of that read, shared, into every subscriber's bounded queue with
+//! `try_send` (never waiting). A subscriber whose queue is full — it stopped
+//! reading — is dropped: its stream ends
+//! and its client reconnects with `Last-Event-ID`, losing nothing. Writers never
+//! wait for a subscriber, and a waiting subscriber holds only its queue: no database
+//! connection, no blocking thread.
+//!
+//! **No gap, no duplicate.** A subscriber joins its orbit's tail *before* it reads
+//! its replay from the feed. A frame the tail hands out after the join is in the
+//! subscriber's queue; one handed out before was read (so committed) before the
+//! replay's read, so the replay has it. The subscriber sends revisions strictly in
+//! order, skips those it has sent and fills a hole (not expected) with a read of
+//! its own.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use futures_util::Stream;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::db::{self, PgPool};
+use crate::domain::access;
+use crate::domain::auth::Bearer;
+use crate::domain::feed::{OwnedPollSlot, PollClient, PollCounts, ALL_ORBITS};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::store::changes::{load_page, ChangeOut};
+
+/// Changes per feed read (replay pages and tail reads).
+const PAGE: i64 = 500;
+/// How often an idle tail looks for subscribers that went away.
+const TAIL_TICK: Duration = Duration::from_secs(1);
+/// An idle tail reads the feed once per this many ticks even without a wake-up: a
+/// notification lost between instances (a crash between commit and `NOTIFY`) then
+/// delays events by at most this long.
+const SAFETY_READ_TICKS: u32 = 15;
+/// What a stream tells the client before it ends: reconnect after this many ms.
+const RETRY: &[u8] = b"retry: 1000\n\n";
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The frames of one tail read, shared by every subscriber.
+type Batch = Arc<[Frame]>;
+
+/// One change rendered once as its SSE event.
+#[derive(Clone)]
+pub struct Frame {
+    pub revision: i64,
+    pub bytes: Bytes,
+}
+
+/// `id: <revision>`, `event: <kind>`, `data: <Change JSON, one line>`.
+pub fn render(change: &ChangeOut) -> Frame {
+    // Serializing a ChangeOut cannot fail (strings, numbers, a timestamp); JSON
+    // escapes newlines, so `data` is one line.
+    let json = serde_json::to_string(change).unwrap_or_else(|_| "{}".to_owned());
+    Frame {
+        revision: change.revision,
+        bytes: Bytes::from(format!(
+            "id: {}\nevent: {}\ndata: {json}\n\n",
+            change.revision, change.kind
+        )),
+    }
+}
+
+/// Where a stream resumes: the `Last-Event-ID` header when present (a browser's
+/// `EventSource` sends it on reconnect, beside the URL's original `after`), else
+/// `?after=`; `None` starts after the orbit's current revision. An empty header is
+/// absent (an `EventSource` whose last id was empty sends none). Malformed → 422,
+/// returned by [`open`] after the orbit is known (404 comes first).
+pub fn resume_point(last_event_id: Option<&str>, after: Option<&str>) -> ApiResult<Option<i64>> {
+    let header = last_event_id.map(str::trim).filter(|v| !v.is_empty());
+    let (field, raw) = match (header, after) {
+        (Some(h), _) => ("Last-Event-ID", h),
+        (None, Some(a)) => ("after", a),
+        (None, None) => return Ok(None),
+    };
+    match raw.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(Some(n)),
+        _ => {
+            let mut errors = FieldErrors::default();
+            errors.add(field, "must be a revision: an integer, 0 or more");
+            Err(errors.into_error())
+        }
+    }
+}
+
+/// The streams of this instance: one tail per orbit with subscribers, the per-client
+/// count, the shutdown signal and counters for `/metrics`.
+pub struct Streams {
+    tails: Mutex<HashMap<i64, Arc<Tail>>>,
+    clients: Arc<PollCounts>,
+    closing: watch::Sender<bool>,
+    /// Streams open now.
+    pub open: AtomicU64,
+    /// Subscribers dropped because their queue was full (they stopped reading).
+    pub dropped: AtomicU64,
+    /// Feed reads of the tails (one per orbit and wake-up, for every subscriber).
+    pub tail_reads: AtomicU64,
+    /// Feed reads of one stream: its replay, or a hole it filled.
+    pub own_reads: AtomicU64,
+}
+
+struct Tail {
+    subscribers: Mutex<Vec<mpsc::Sender<Batch>>>,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Streams {
+            tails: Mutex::default(),
+            clients: Arc::default(),
+            closing: watch::Sender::new(false),
+            open: AtomicU64::default(),
+            dropped: AtomicU64::default(),
+            tail_reads: AtomicU64::default(),
+            own_reads: AtomicU64::default(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Streams {
+    /// Shutdown: every stream says `retry:` and ends, so a graceful stop does not
+    /// wait on open streams.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Joins `orbit`'s tail, starting one that reads from `from` when the orbit has
+    /// none; the queue holds at most `ORBIT_STREAM_BUFFER` tail reads.
+    fn join(self: &Arc<Self>, core: &Core, orbit: i64, from: i64) -> mpsc::Receiver<Batch> {
+        let (tx, rx) = mpsc::channel(core.config.stream_buffer.max(1) as usize);
+        let mut tails = lock(&self.tails);
+        if let Some(tail) = tails.get(&orbit) {
+            lock(&tail.subscribers).push(tx);
+            return rx;
+        }
+        let tail = Arc::new(Tail {
+            subscribers: Mutex::new(vec![tx]),
+        });
+        tails.insert(orbit, tail.clone());
+        // Subscribed before the first read: a change committed after that read
+        // wakes the tail.
+        let wake = core.hub.subscribe();
+        tokio::spawn(run_tail(
+            self.clone(),
+            core.pool.clone(),
+            orbit,
+            from,
+            tail,
+            wake,
+        ));
+        rx
+    }
+
+    /// True (and the tail forgotten) when no subscriber is left; decided under the
+    /// lock `join` takes.
+    fn retire_if_idle(&self, orbit: i64, tail: &Arc<Tail>) -> bool {
+        let mut tails = lock(&self.tails);
+        let mut subscribers = lock(&tail.subscribers);
+        subscribers.retain(|s| !s.is_closed());
+        if !subscribers.is_empty() {
+            return false;
+        }
+        if tails.get(&orbit).is_some_and(|t| Arc::ptr_eq(t, tail)) {
+            tails.remove(&orbit);
+        }
+        true
+    }
+
+    /// Hands `batch` to every subscriber of `tail`, dropping those whose queue is
+    /// full or gone.
+    fn fan_out(&self, tail: &Tail, batch: Batch) {
+        let mut subscribers = lock(&tail.subscribers);
+        subscribers.retain(|s| match s.try_send(batch.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Relaxed);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+}
+
+/// One orbit's tail: reads the feed after the last revision it handed out, once
+/// when it starts and once per wake-up, until no subscriber is left.
+async fn run_tail(
+    streams: Arc<Streams>,
+    pool: PgPool,
+    orbit: i64,
+    mut last: i64,
+    tail: Arc<Tail>,
+    mut wake: broadcast::Receiver<i64>,
+) {
+    use broadcast::error::{RecvError, TryRecvError};
+    loop {
+        // Wake-ups that arrived meanwhile are answered by this read too.
+        while !matches!(
+            wake.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {}
+        loop {
+            let from = last;
+            let read = db::read(&pool, move |conn| Ok(load_page(conn, orbit, from, PAGE)?)).await;
+            let (rows, revision) = match read {
+                Ok(r) => r,
+                // The next wake-up (or the safety read) tries again.
+                Err(e) => {
+                    tracing::debug!(error = %e, orbit, "event tail read failed");
+                    break;
+                }
+            };
+            streams.tail_reads.fetch_add(1, Relaxed);
+            let frames: Batch = rows.iter().map(render).collect();
+            if let Some(f) = frames.last() {
+                last = f.revision;
+            }
+            if !frames.is_empty() {
+                streams.fan_out(&tail, frames);
+            }
+            if (rows.len() as i64) < PAGE || last >= revision {
+                break;
+            }
+        }
+        let mut ticks = 0u32;
+        loop {
+            let woke = tokio::time::timeout(TAIL_TICK, async {
+                loop {
+                    match wake.recv().await {
+                        Ok(o) if o == orbit || o == ALL_ORBITS => return,
+                        Ok(_) => continue,
+                        Err(RecvError::Lagged(_)) => return,
+                        Err(RecvError::Closed) => std::future::pending::<()>().await,
+                    }
+                }
+            })
+            .await;
+            if streams.retire_if_idle(orbit, &tail) {
+                return;
+            }
+            ticks += 1;
+            if woke.is_ok() || ticks >= SAFETY_READ_TICKS {
+                break;
+            }
+        }
+    }
+}
+
+/// An open event stream: the bytes to send, ending with `retry:` when the server
+/// ends it (its time is up, shutdown, or it fell behind).
+pub type EventStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infallible>> + Send>>;
+
+/// Opens `reference`'s event stream for a client (`addr`, or the presented token)
+/// from `after` ([`resume_point`]). Precedence: 401 (a bad token) → 404 → 422 →
+/// 429 (the client's open streams, `ORBIT_MAX_STREAMS_PER_CLIENT`).
+pub async fn open(
+    core: &Core,
+    bearer: Bearer,
+    reference: String,
+    after: ApiResult<Option<i64>>,
+    addr: std::net::IpAddr,
+) -> ApiResult<EventStream> {
+    let client = match bearer.cache_key(&core.tokens) {
+        Some(key) => PollClient::Token(key),
+        None => PollClient::Addr(addr),
+    };
+    let tokens = core.tokens.clone();
+    let (orbit, revision) = db::read(&core.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        let orbit = access::resolve(conn, &reference)?;
+        Ok((orbit.id, orbit.revision))
+    })
+    .await?;
+    let after = after?.unwrap_or(revision);
+    let streams = core.events.clone();
+    let cap = core.config.max_streams_per_client;
+    let Some(slot) = streams.clients.enter_owned(client, cap) else {
+        return Err(ApiError::too_many_requests(1).with_message(format!(
+            "This client already has {cap} event streams open. Close one, or follow \
+             the feed with one stream per orbit."
+        )));
+    };
+    let queue = streams.join(core, orbit, revision);
+    streams.open.fetch_add(1, Relaxed);
+    let sub = Subscriber {
+        guard: OpenGuard {
+            streams: streams.clone(),
+            _slot: slot,
+        },
+        pool: core.pool.clone(),
+        orbit,
+        sent: after,
+        queue,
+        out: VecDeque::from([Bytes::from_static(b": ok\n\n")]),
+        replaying: true,
+        done: false,
+        keep_alive: Duration::from_secs(core.config.stream_keepalive_seconds.clamp(1, 15)),
+        deadline: Instant::now() + Duration::from_secs(core.config.stream_max_seconds),
+        closing: streams.closing.subscribe(),
+    };
+    Ok(Box::pin(futures_util::stream::unfold(sub, next)))
+}
+
+/// Counts the stream as open and holds its place in the client's count until the
+/// stream is dropped.
+struct OpenGuard {
+    streams: Arc<Streams>,
+    _slot: OwnedPollSlot,
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.streams.open.fetch_sub(1, Relaxed);
+    }
+}
+
+struct Subscriber {
+    guard: OpenGuard,
+    pool: PgPool,
+    orbit: i64,
+    /// The last revision sent (or the resume point).
+    sent: i64,
+    queue: mpsc::Receiver<Batch>,
+    /// Bytes ready to send, in order.
+    out: VecDeque<Bytes>,
+    /// Still reading the replay from the feed.
+    replaying: bool,
+    done: bool,
+    keep_alive: Duration,
+    deadline: Instant,
+    closing: watch::Receiver<bool>,
+}
+
+impl Subscriber {
+    fn end(&mut self) {
+        self.out.push_back(Bytes::from_static(RETRY));
+        self.done = true;
+    }
+
+    /// Reads one page of the feed after `sent` into `out`, up to `until`
+    /// (inclusive); true when the feed has nothing more up to `until`.
+    async fn read_page(&mut self, until: Option<i64>) -> ApiResult<bool> {
+        let (orbit, from) = (self.orbit, self.sent);
+        let (rows, revision) = db::read(&self.pool, move |conn| {
+            Ok(load_page(conn, orbit, from, PAGE)?)
+        })
+        .await?;
+        self.guard.streams.own_reads.fetch_add(1, Relaxed);
+        let limit = until.unwrap_or(i64::MAX);
+        let full = rows.len() as i64 == PAGE;
+        for c in rows.iter().filter(|c| c.revision <= limit) {
+            self.out.push_back(render(c).bytes);
+            self.sent = c.revision;
+        }
+        Ok(!full || self.sent >= revision.min(limit))
+    }
+
+    /// A frame from the tail: sent if it is the next revision, skipped if sent
+    /// already; a hole before it is read from the feed first.
+    async fn accept(&mut self, frame: &Frame) {
+        if frame.revision <= self.sent {
+            return;
+        }
+        while frame.revision > self.sent + 1 {
+            let before = self.sent;
+            match self.read_page(Some(frame.revision - 1)).await {
+                Ok(_) if self.sent > before => {}
+                // The feed cannot fill the hole now: end, the client resumes.
+                _ => return self.end(),
+            }
+        }
+        self.out.push_back(frame.bytes.clone());
+        self.sent = frame.revision;
+    }
+}
+
+async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscriber)> {
+    loop {
+        if let Some(b) = s.out.pop_front() {
+            return Some((Ok(b), s));
+        }
+        if s.done {
+            return None;
+        }
+        if *s.closing.borrow() {
+            s.end();
+            continue;
+        }
+        if s.replaying {
+            match s.read_page(None).await {
+                Ok(caught_up) => s.replaying = !caught_up,
+                Err(_) => s.end(),
+            }
+            continue;
+        }
+        let got = tokio::select! {
+            _ = s.closing.changed() => None,
+            _ = tokio::time::sleep_until(s.deadline) => None,
+            got = tokio::time::timeout(s.keep_alive, s.queue.recv()) => Some(got),
+        };
+        match got {
+            None => s.end(),
+            Some(Err(_)) => s.out.push_back(Bytes::from_static(KEEP_ALIVE)),
+            Some(Ok(Some(batch))) => {
+                for frame in batch.iter() {
+                    if !s.done {
+                        s.accept(frame).await;
+                    }
+                }
+            }
+            // Dropped by the tail: it fell a whole queue behind.
+            Some(Ok(None)) => s.end(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(revision: i64) -> Batch {
+        Arc::from(vec![Frame {
+            revision,
+            bytes: Bytes::from_static(b"x"),
+        }])
+    }
+
+    /// A subscriber whose queue is full is dropped at once; the others keep theirs.
+    #[test]
+    fn a_full_queue_drops_its_subscriber_and_no_other() {
+        let streams = Streams::default();
+        let (slow, _slow_rx) = mpsc::channel(1);
+        let (fast, mut fast_rx) = mpsc::channel(1);
+        let tail = Tail {
+            subscribers: Mutex::new(vec![slow, fast]),
+        };
+        streams.fan_out(&tail, batch(2));
+        assert_eq!(fast_rx.try_recv().map(|b| b[0].revision).ok(), Some(2));
+        streams.fan_out(&tail, batch(3));
+        assert_eq!(streams.dropped.load(Relaxed), 1);
+        assert_eq!(lock(&tail.subscribers).len(), 1);
+        assert_eq!(fast_rx.try_recv().map(|b| b[0].revision).ok(), Some(3));
+    }
+
+    #[test]
+    fn resume_points() {
+        assert_eq!(resume_point(None, None).ok(), Some(None));
+        assert_eq!(resume_point(Some("7"), Some("2")).ok(), Some(Some(7)));
+        assert_eq!(resume_point(Some(""), Some("2")).ok(), Some(Some(2)));
+        assert!(resume_point(Some("x"), None).is_err());
+        assert!(resume_point(None, Some("-1")).is_err());
+    }
+}
