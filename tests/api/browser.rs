@@ -168,13 +168,14 @@ impl Browser {
     }
 
     pub async fn text_of(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .text()
-            .await
-            .expect("text")
+        match self.client.find(Locator::Css(css)).await {
+            Ok(e) => e.text().await.expect("text"),
+            Err(e) => {
+                let url = self.client.current_url().await.map(|u| u.to_string());
+                let source = self.client.source().await.unwrap_or_default();
+                panic!("no {css} on {url:?}: {e}\n{source}")
+            }
+        }
     }
 
     /// Waits up to `secs` for `css`'s text to contain `needle`.
@@ -394,7 +395,10 @@ async fn browser_main_pages_pass_axe_without_console_errors_or_csp_violations() 
         assert!(serious.is_empty(), "{name} ({path}): {serious:#?}");
         b.screenshot(name).await;
         let errors = b.console_errors().await;
-        eprintln!("{name} ({path}) console errors: {errors:?}");
+        assert!(
+            errors.is_empty(),
+            "{name} ({path}) console errors: {errors:?}"
+        );
         let csp = b.csp_violations().await;
         assert!(csp.is_empty(), "{name} ({path}) CSP violations: {csp:?}");
     }

@@ -289,7 +289,7 @@ fn board_column(base: &str, state: State4, tasks: &Page<Task>, now: DateTime<Utc
     let label = state.label();
     let id = format!("col-{}", label.to_ascii_lowercase());
     html! {
-        section.column class={ "c-" (label.to_ascii_lowercase()) } aria-labelledby=(id) {
+        section class={ "column c-" (label.to_ascii_lowercase()) } aria-labelledby=(id) {
             h3 #(id) { (badge(label)) }
             p.explain { (state.explain()) }
             @if tasks.data.is_empty() {

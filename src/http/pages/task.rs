@@ -176,7 +176,7 @@ async fn task_page(state: State, slug: String, segment: String, req: HttpRequest
 
 fn lease_item(l: &Lease, now: DateTime<Utc>) -> Markup {
     html! {
-        article.lease class=[l.is_active.then_some("active")] {
+        article class=(if l.is_active { "lease active" } else { "lease" }) {
             p {
                 strong { "v" (l.lease_version) } " "
                 (actor(&l.contributor)) " · acquired " (when("", l.acquired_at, now))
