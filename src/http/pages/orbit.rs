@@ -276,7 +276,7 @@ fn orbit_header(o: &Orbit, now: DateTime<Utc>) -> Markup {
             h1 { (o.name) }
             p.meta {
                 span.slug { "/o/" (o.slug) } " · "
-                (badge(&o.join_policy)) " · revision "
+                span.type-tag { "join: " (o.join_policy.to_ascii_lowercase()) } " · revision "
                 span #orbit-revision { (o.revision) } " · created by " (actor(&o.created_by)) " "
                 (when("", o.created_at, now))
             }
