@@ -149,6 +149,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
             .configure(|cfg| mcp::configure(cfg, &mcp))
             .service(web::redirect("/docs", "/docs/"))
             .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc.clone()))
+            .configure(routes::pages)
             .default_service(web::to(routes::fallback))
             .wrap(routes::envelope_errors())
             // Protect's own refusals (413, 429) pass through the security headers.

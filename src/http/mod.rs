@@ -1,12 +1,14 @@
 //! The HTTP layer: the route table and OpenAPI root (`routes`), the body extractor
 //! (`json`), the middleware in front of every handler (`ratelimit`, `telemetry`),
-//! the REST handlers by resource (`api`) and the MCP endpoint (`mcp`). A handler
+//! the REST handlers by resource (`api`), the MCP endpoint (`mcp`) and the pages
+//! for people (`pages`). A handler
 //! parses, calls one domain function and shapes the answer.
 
 pub mod api;
 pub mod json;
 pub mod limits;
 pub mod mcp;
+pub mod pages;
 pub mod ratelimit;
 pub mod routes;
 pub mod state;

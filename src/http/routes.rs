@@ -128,6 +128,13 @@ pub fn configure(cfg: &mut ServiceConfig) {
         );
 }
 
+/// The pages for people at `/` (contract section 16, `http::pages`): HTML, not part
+/// of the OpenAPI document, and never under `/api/v1`, `/docs`, `/mcp`,
+/// `/agents.md`, `/openapi.json` or `/metrics`.
+pub fn pages(cfg: &mut web::ServiceConfig) {
+    crate::http::pages::configure(cfg);
+}
+
 /// The generated OpenAPI document.
 pub fn openapi() -> OpenApi {
     let (_, mut doc) = App::new()
@@ -282,7 +289,14 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
-        if is_json {
+        // A page's own HTML error page (`http::pages`) stays HTML.
+        let is_page = res
+            .response()
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/html"));
+        if is_json || is_page {
             return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
         }
         let status = res.status();

@@ -35,6 +35,8 @@ pub enum ListRoute {
     Tasks,
     /// `GET /api/v1/orbits/{orbit}/contributions`
     Contributions,
+    /// The orbit's HTML page, `GET /o/{slug}` (`http::pages`).
+    OrbitPage,
 }
 
 /// A page's identity: the list, the orbit (by id, however the path named it) and

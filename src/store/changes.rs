@@ -83,3 +83,98 @@ pub fn load_page(
         .collect();
     Ok((out, orbit_revision))
 }
+
+/// An orbit's changes at or below `before`, newest first, at most `limit` (the
+/// pages' activity feed: a range of the primary key read backwards).
+pub fn latest(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    before: i64,
+    limit: i64,
+) -> QueryResult<Vec<ChangeOut>> {
+    let rows: Vec<ChangeTuple> = changes::table
+        .inner_join(contributors::table)
+        .filter(changes::orbit_id.eq(orbit_id))
+        .filter(changes::revision.le(before))
+        .order(changes::revision.desc())
+        .limit(limit)
+        .select((
+            changes::revision,
+            changes::kind,
+            changes::entity_type,
+            changes::entity_id,
+            changes::task_id,
+            changes::created_at,
+            changes::summary,
+            actor_columns(),
+        ))
+        .load(conn)?;
+    Ok(rows.into_iter().map(change_out).collect())
+}
+
+fn change_out(t: ChangeTuple) -> ChangeOut {
+    ChangeOut {
+        revision: t.0,
+        kind: t.1,
+        entity_type: t.2,
+        entity_id: t.3,
+        task_id: t.4,
+        created_at: t.5,
+        summary: t.6,
+        contributor: actor(t.7),
+    }
+}
+
+/// One of a contributor's changes, with the orbit it was written in.
+#[derive(Debug, Clone)]
+pub struct ContributorChange {
+    pub orbit_id: i64,
+    pub orbit_slug: String,
+    pub change: ChangeOut,
+}
+
+/// A contributor's most recent changes over every orbit, newest first, at most
+/// `limit`, older than `before` (a `(created_at)` position; `None` = now), by
+/// `changes_contributor_idx`.
+pub fn of_contributor(
+    conn: &mut PgConnection,
+    contributor_id: i64,
+    before: Option<DateTime<Utc>>,
+    limit: i64,
+) -> QueryResult<Vec<ContributorChange>> {
+    use crate::db::schema::orbits;
+    let mut query = changes::table
+        .inner_join(contributors::table)
+        .inner_join(orbits::table.on(orbits::id.eq(changes::orbit_id)))
+        .filter(changes::contributor_id.eq(contributor_id))
+        .into_boxed();
+    if let Some(before) = before {
+        query = query.filter(changes::created_at.lt(before));
+    }
+    let rows: Vec<(ChangeTuple, i64, String)> = query
+        .order(changes::created_at.desc())
+        .limit(limit)
+        .select((
+            (
+                changes::revision,
+                changes::kind,
+                changes::entity_type,
+                changes::entity_id,
+                changes::task_id,
+                changes::created_at,
+                changes::summary,
+                actor_columns(),
+            ),
+            orbits::id,
+            orbits::slug,
+        ))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|(t, orbit_id, slug)| ContributorChange {
+            orbit_id,
+            orbit_slug: slug,
+            change: change_out(t),
+        })
+        .collect())
+}

@@ -640,3 +640,22 @@ pub fn count_verdict(conn: &mut PgConnection, id: i64, verdict: Verdict) -> Quer
     .execute(conn)?;
     Ok(())
 }
+
+/// An orbit's newest contributions, newest first (`contributions_orbit_idx` read
+/// backwards), with an id below `before` (`None`: from the newest).
+pub fn latest_of_orbit(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    before: Option<i64>,
+    n: i64,
+) -> QueryResult<Vec<Contribution>> {
+    crate::db::sql(format!(
+        "{CONTRIBUTION_SELECT} WHERE c.orbit_id = $1 AND c.id < $2 \
+         ORDER BY c.orbit_id DESC, c.id DESC LIMIT $3"
+    ))
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(before.unwrap_or(i64::MAX))
+    .bind::<BigInt, _>(n)
+    .load::<ContributionRow>(conn)
+    .map(|rows| rows.into_iter().map(Contribution::from).collect())
+}

@@ -395,3 +395,22 @@ pub fn checkpoint_of_task(
         .get_result::<B>(conn)
         .map(|b| b.ok)
 }
+
+/// An orbit's PENDING, unexpired handoffs, ascending by id (`page.fetch()` rows), by
+/// `handoffs_orbit_pending_idx`.
+pub fn pending_of_orbit(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    page: Cursor,
+) -> QueryResult<Vec<Handoff>> {
+    crate::db::sql(format!(
+        "{} WHERE h.orbit_id = $1 AND h.status = 'PENDING' \
+           AND h.expires_at > clock_timestamp() AND h.id > $2 ORDER BY h.id LIMIT $3",
+        select()
+    ))
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
+    .load::<HandoffRow>(conn)
+    .map(|rows| rows.into_iter().map(Handoff::from).collect())
+}

@@ -280,3 +280,67 @@ pub fn delete_member(
         .execute(conn)
         .map(|n| n == 1)
 }
+
+/// An orbit as the front page lists it: with its member count, its open tasks
+/// without and with an active lease, and when its last change was written.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct OrbitSummary {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub slug: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub name: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub description: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub revision: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub members: i64,
+    /// OPEN tasks, leased or not.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub open_tasks: i64,
+    /// OPEN tasks with an active lease (by the database clock).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub leased_tasks: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub last_change_at: Option<DateTime<Utc>>,
+}
+
+/// A page of orbit summaries, ascending by id (`page.fetch()` rows). The leased
+/// count reads the orbit's active leases by `leases_active_orbit_idx`; the last
+/// change is the row at the orbit's revision (its primary key).
+pub fn summaries(conn: &mut PgConnection, page: Cursor) -> QueryResult<Vec<OrbitSummary>> {
+    use crate::db::BindNext;
+    use diesel::sql_types::BigInt;
+    crate::db::sql(
+        "SELECT o.id, o.slug, o.name, o.description, o.revision, \
+            (SELECT count(*) FROM memberships m WHERE m.orbit_id = o.id) AS members, \
+            (SELECT count(*) FROM tasks t WHERE t.orbit_id = o.id AND t.status = 'OPEN') \
+                AS open_tasks, \
+            (SELECT count(*) FROM leases l WHERE l.orbit_id = o.id AND l.end_reason IS NULL \
+                AND l.expires_at > clock_timestamp()) AS leased_tasks, \
+            (SELECT c.created_at FROM changes c WHERE c.orbit_id = o.id \
+                AND c.revision = o.revision) AS last_change_at \
+         FROM orbits o WHERE o.id > $1 ORDER BY o.id LIMIT $2",
+    )
+    .bind::<BigInt, _>(page.after)
+    .bind::<BigInt, _>(page.fetch())
+    .load(conn)
+}
+
+/// A contributor's memberships with the orbits' slugs and names, ascending by orbit.
+pub fn memberships_of(
+    conn: &mut PgConnection,
+    contributor_id: i64,
+    page: Cursor,
+) -> QueryResult<Vec<(i64, String, String, String)>> {
+    memberships::table
+        .inner_join(orbits::table)
+        .filter(memberships::contributor_id.eq(contributor_id))
+        .filter(memberships::orbit_id.gt(page.after))
+        .order(memberships::orbit_id.asc())
+        .limit(page.fetch())
+        .select((orbits::id, orbits::slug, orbits::name, memberships::role))
+        .load(conn)
+}

@@ -2,6 +2,7 @@
 
 mod agent_surface;
 mod auth;
+mod browser;
 mod changes;
 mod commits;
 mod embedded;
@@ -20,6 +21,7 @@ mod mcp;
 mod members;
 mod openapi;
 mod orbits;
+mod pages;
 mod protection;
 mod quick;
 mod read_groups;

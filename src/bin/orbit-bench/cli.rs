@@ -70,10 +70,11 @@ pub enum Scenario {
     WriteMix,
     Search,
     Webhooks,
+    OrbitPage,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::LeaseCycle,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
@@ -84,6 +85,7 @@ impl Scenario {
         Scenario::WriteMix,
         Scenario::Search,
         Scenario::Webhooks,
+        Scenario::OrbitPage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +100,7 @@ impl Scenario {
             Scenario::WriteMix => "write-mix",
             Scenario::Search => "search",
             Scenario::Webhooks => "webhooks",
+            Scenario::OrbitPage => "orbit-page",
         }
     }
 

@@ -32,6 +32,7 @@
 mod bulk;
 mod cli;
 mod client;
+mod orbit_page;
 mod profile;
 mod references;
 mod report;

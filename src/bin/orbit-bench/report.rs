@@ -203,6 +203,13 @@ pub fn evaluate(rows: &[Row], mem: &Memory) -> Vec<Target> {
             met,
         ));
     }
+    let page = ratio_of("orbit-page", "1k-tasks");
+    out.push(target(
+        "orbit-page 1k-tasks @8 ≥ 0.1× select-only and p99 < 30 ms",
+        page.map(|(x, r)| format!("{x:.2}×, p99 {:.1} ms", r.p99_ms.unwrap_or(f64::NAN)))
+            .unwrap_or_else(|| "n/a".into()),
+        page.map(|(x, r)| x >= 0.1 && r.p99_ms.is_some_and(|p| p < 30.0)),
+    ));
     let idle = mem.idle_before_load_kib.or(mem.idle_after_start_kib);
     out.push(target(
         "service RSS idle < 64 MiB",

@@ -60,6 +60,8 @@ pub struct World {
     pub knowledge: Option<bool>,
     /// The search data set was loaded (`search::seed`, needs the database).
     pub search_seeded: bool,
+    /// The orbit-page data set was loaded (`orbit_page::seed`, needs the database).
+    pub orbit_page_seeded: bool,
     pub notes: Vec<String>,
 }
 
@@ -293,6 +295,27 @@ impl Seeder<'_> {
                 }
                 None => world.notes.push(
                     "search: not seeded (the data set needs DATABASE_URL or the private cluster)"
+                        .into(),
+                ),
+            }
+        }
+        if has(Scenario::OrbitPage) {
+            match self.bulk {
+                Some(bulk) => {
+                    eprintln!("seeding: the orbit-page data set (1,000 tasks, 10,000 changes)");
+                    let url = bulk.url.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let mut conn =
+                            <diesel::PgConnection as diesel::Connection>::establish(&url)
+                                .map_err(|e| format!("orbit-page seed: cannot connect: {e}"))?;
+                        crate::orbit_page::seed(&mut conn)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())??;
+                    world.orbit_page_seeded = true;
+                }
+                None => world.notes.push(
+                    "orbit-page: not seeded (the data set needs DATABASE_URL or the private cluster)"
                         .into(),
                 ),
             }

@@ -61,16 +61,25 @@ pub const NOT_TOOLS: &[(&str, &str)] = &[
     ("metrics", "Prometheus metrics for operators"),
     // A stream that stays open, not a call with one result: over MCP an agent
     // waits with `list_changes` (`wait`), the long poll of the same feed.
-    ("stream_events", "a Server-Sent Events stream; list_changes waits instead"),
+    (
+        "stream_events",
+        "a Server-Sent Events stream; list_changes waits instead",
+    ),
     // Webhooks configure an integration (a URL and its signing secret) for a
     // receiver that is not the agent itself; like tokens they stay on REST, so a
     // secret never enters a model's context. Section 17 does not list them.
-    ("create_webhook", "an integration's signing secret stays on REST"),
+    (
+        "create_webhook",
+        "an integration's signing secret stays on REST",
+    ),
     ("list_webhooks", "an integration's setup stays on REST"),
     ("get_webhook", "an integration's setup stays on REST"),
     ("delete_webhook", "an integration's setup stays on REST"),
     ("enable_webhook", "an integration's setup stays on REST"),
-    ("list_deliveries", "an integration's delivery log stays on REST"),
+    (
+        "list_deliveries",
+        "an integration's delivery log stays on REST",
+    ),
 ];
 
 /// One tool: its name, what it is for, and how its input is shaped.

@@ -38,6 +38,12 @@ pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<Strin
                 (shape.to_string(), missing)
             })
             .collect(),
+        Scenario::OrbitPage => vec![(
+            "1k-tasks".into(),
+            (!world.orbit_page_seeded).then(|| {
+                "not available: orbit-page data set not seeded (needs the database)".to_owned()
+            }),
+        )],
         Scenario::ChangesFeed => ["1k", "100k"]
             .iter()
             .map(|label| {
@@ -152,6 +158,14 @@ pub async fn run_one(
                     let paths = Arc::new(crate::search::paths(shape, 4096, seed(i)));
                     (api.clone(), None, paths, seed(i))
                 })
+                .collect();
+            let (_, rec) = measure(cfg, states, get_client).await;
+            Ok(rec)
+        }
+        Scenario::OrbitPage => {
+            let paths = Arc::new(vec![crate::orbit_page::PATH.to_owned()]);
+            let states: Vec<_> = (0..clients)
+                .map(|i| (api.clone(), None, paths.clone(), seed(i)))
                 .collect();
             let (_, rec) = measure(cfg, states, get_client).await;
             Ok(rec)

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS changes_contributor_idx;

@@ -1,0 +1,240 @@
+//! Pages for people (contract section 16): server-rendered HTML at `/`, beside the
+//! API. Each handler parses its path and query, reads with the same store and
+//! domain functions the API uses (one pool checkout, `db::read`), and renders with
+//! maud, which escapes every interpolated string: all content is untrusted and is
+//! only ever shown as text. This module owns the pages' route table, their error
+//! pages (unknown slug or id → HTML 404, bad query → HTML 400, never a 5xx for what
+//! a user typed), their response headers (the CSP) and the assets served from the
+//! binary (`assets`). Live updates are `assets/live.js` on the section 14 stream.
+
+mod assets;
+mod home;
+mod knowledge;
+mod layout;
+mod orbit;
+mod task;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use maud::Markup;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// The pages' Content-Security-Policy: everything from this origin only, no inline
+/// script or style, nothing from anywhere else (the pages work offline).
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; \
+    frame-ancestors 'none'";
+
+/// Rows a page shows of one list before it links to the next page.
+pub const PAGE: i64 = 25;
+/// Cards per column of the orbit page's board before it links to the full list.
+pub const BOARD: i64 = 12;
+
+/// Registers the pages. `/o/...` paths that match no page get the HTML 404.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/", web::get().to(home::index))
+        .route("/search", web::get().to(home::search))
+        .route("/contributors/{id}", web::get().to(home::contributor))
+        .route("/assets/{name}", web::get().to(assets::asset))
+        .service(
+            web::scope("/o")
+                .route("/{slug}", web::get().to(orbit::orbit))
+                .route("/{slug}/tasks", web::get().to(orbit::tasks))
+                .route("/{slug}/activity", web::get().to(orbit::activity))
+                .route("/{slug}/members", web::get().to(orbit::members))
+                .route("/{slug}/problems", web::get().to(orbit::problems))
+                .route("/{slug}/contributions", web::get().to(orbit::contributions))
+                .route("/{slug}/tasks/{id}", web::get().to(task::task))
+                .route("/{slug}/problems/{id}", web::get().to(knowledge::problem))
+                .route(
+                    "/{slug}/contributions/{id}",
+                    web::get().to(knowledge::contribution),
+                )
+                .default_service(web::to(not_found)),
+        );
+}
+
+/// Why a page could not be shown, as a person reads it.
+#[derive(Debug)]
+pub struct PageError {
+    pub status: StatusCode,
+    pub message: String,
+    /// Field problems, one line each.
+    pub details: Vec<String>,
+}
+
+impl PageError {
+    pub fn not_found(what: &str) -> PageError {
+        PageError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("{what} not found."),
+            details: Vec::new(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> PageError {
+        PageError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+}
+
+/// The API's errors as pages: 404 stays 404; invalid input (422) is the user's query,
+/// so 400; a full database or a rate limit keeps its status; anything else is a
+/// fixed 500 text (the cause is already in the log).
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> PageError {
+        let status = match e.status.as_u16() {
+            404 => StatusCode::NOT_FOUND,
+            400 | 413 | 422 => StatusCode::BAD_REQUEST,
+            401 | 429 | 503 => e.status,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let message = if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+            "Something went wrong on our side.".to_owned()
+        } else {
+            e.body.message.clone()
+        };
+        let details = e
+            .body
+            .errors
+            .iter()
+            .flatten()
+            .flat_map(|(field, problems)| problems.iter().map(move |p| format!("{field}: {p}")))
+            .collect();
+        PageError {
+            status,
+            message,
+            details,
+        }
+    }
+}
+
+pub type PageResult = Result<Markup, PageError>;
+
+/// The response of a page: the markup, or its error page.
+pub fn respond(result: PageResult) -> HttpResponse {
+    match result {
+        Ok(markup) => html_response(StatusCode::OK, markup),
+        Err(e) => error_page(e),
+    }
+}
+
+pub fn error_page(e: PageError) -> HttpResponse {
+    let status = e.status;
+    html_response(status, layout::error(&e))
+}
+
+/// A rendered page's bytes as a 200 (a page kept by the list cache).
+pub fn html_bytes(body: actix_web::web::Bytes) -> HttpResponse {
+    html_body(StatusCode::OK, body)
+}
+
+fn html_response(status: StatusCode, markup: Markup) -> HttpResponse {
+    html_body(status, markup.into_string())
+}
+
+fn html_body(
+    status: StatusCode,
+    body: impl actix_web::body::MessageBody + 'static,
+) -> HttpResponse {
+    let mut resp = HttpResponse::build(status)
+        .insert_header((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        ))
+        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-cache")))
+        .body(body);
+    secure(resp.headers_mut());
+    resp
+}
+
+/// The headers every page and asset carries.
+fn secure(headers: &mut actix_web::http::header::HeaderMap) {
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+}
+
+/// The HTML 404 for a path under `/o/` that names no page.
+async fn not_found() -> HttpResponse {
+    error_page(PageError::not_found("Page"))
+}
+
+/// A page's query string, parsed into `T` (unknown parameters ignored); a value
+/// that does not fit → 400 naming it.
+pub fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, PageError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| {
+            let text = e.to_string();
+            let text = text
+                .strip_prefix("Query deserialize error: ")
+                .unwrap_or(&text);
+            PageError::bad_request(format!("The query parameters are not valid: {text}."))
+        })
+}
+
+/// A positive id from a path segment; anything else names nothing → 404.
+pub fn path_id(segment: &str, what: &str) -> Result<i64, PageError> {
+    segment
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| PageError::not_found(what))
+}
+
+/// A non-negative paging position from the query (`after`, `before`) → 400 when
+/// negative.
+pub fn position(name: &str, value: Option<i64>) -> Result<Option<i64>, PageError> {
+    match value {
+        Some(v) if v < 0 => Err(PageError::bad_request(format!(
+            "`{name}` must not be negative."
+        ))),
+        v => Ok(v),
+    }
+}
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters stay).
+pub fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Runs a page's reads on one pool checkout (`db::read`), mapping its errors.
+pub async fn read<T, F>(state: &crate::http::api::State, work: F) -> Result<T, PageError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut diesel::PgConnection) -> crate::db::TxResult<T> + Send + 'static,
+{
+    crate::db::read(&state.pool, work)
+        .await
+        .map_err(PageError::from)
+}
+
+/// The orbit a page's path names by slug (or id), or the page's 404.
+pub fn orbit_of(
+    conn: &mut diesel::PgConnection,
+    slug: &str,
+) -> crate::db::TxResult<crate::store::orbits::Orbit> {
+    crate::store::orbits::find(conn, slug)?.ok_or_else(|| ApiError::not_found("Orbit").into())
+}
