@@ -25,9 +25,14 @@ use crate::seed::{TaskPool, World};
 pub const WITHOUT: &str = "no-subscribers";
 pub const WITH: &str = "subscribers";
 
-/// Histogram resolution and range of the write-to-event latency.
-const BUCKET_US: u64 = 10;
-const BUCKETS: usize = 200_000; // 2 s; later arrivals go to the overflow count
+/// Histogram of the write-to-event latency: 10 us buckets up to 100 ms, then 1 ms
+/// buckets up to 60 s; later arrivals go to the overflow (reported as the maximum).
+const FINE_US: u64 = 10;
+const FINE_UNTIL_US: u64 = 100_000;
+const COARSE_US: u64 = 1_000;
+const COARSE_UNTIL_US: u64 = 60_000_000;
+const FINE: usize = (FINE_UNTIL_US / FINE_US) as usize;
+const BUCKETS: usize = FINE + ((COARSE_UNTIL_US - FINE_UNTIL_US) / COARSE_US) as usize;
 
 /// What the `events` rows report beside the lease cycle's own figures.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -101,7 +106,12 @@ impl Histogram {
     fn add(&mut self, us: u64) {
         self.count += 1;
         self.max_us = self.max_us.max(us);
-        match self.buckets.get_mut((us / BUCKET_US) as usize) {
+        let i = if us < FINE_UNTIL_US {
+            (us / FINE_US) as usize
+        } else {
+            FINE + ((us - FINE_UNTIL_US) / COARSE_US) as usize
+        };
+        match self.buckets.get_mut(i) {
             Some(b) => *b += 1,
             None => self.overflow += 1,
         }
@@ -118,7 +128,12 @@ impl Histogram {
         for (i, n) in self.buckets.iter().enumerate() {
             seen += n;
             if seen >= rank {
-                return Some(((i as u64 + 1) * BUCKET_US).min(self.max_us) as f64 / 1000.0);
+                let upper = if i < FINE {
+                    (i as u64 + 1) * FINE_US
+                } else {
+                    FINE_UNTIL_US + ((i - FINE) as u64 + 1) * COARSE_US
+                };
+                return Some(upper.min(self.max_us) as f64 / 1000.0);
             }
         }
         Some(self.max_us as f64 / 1000.0)
@@ -481,10 +496,15 @@ mod tests {
             h.add(us * 1000);
         }
         // The upper edge of the 10 us bucket.
-        let near = |q: f64, ms: f64| (h.quantile_ms(q).unwrap() - ms).abs() < 1e-9;
-        assert!(near(0.50, 50.01));
-        assert!(near(0.99, 99.01));
-        h.add(5_000_000);
-        assert_eq!(h.quantile_ms(1.0), Some(5000.0));
+        let near = |h: &Histogram, q: f64, ms: f64| (h.quantile_ms(q).unwrap() - ms).abs() < 1e-9;
+        assert!(near(&h, 0.50, 50.01));
+        assert!(near(&h, 0.99, 99.01));
+        for _ in 0..100 {
+            h.add(2_500_400);
+        }
+        // The upper edge of the 1 ms bucket, capped by the maximum.
+        assert!(near(&h, 0.75, 2500.4));
+        h.add(61_000_000);
+        assert_eq!(h.quantile_ms(1.0), Some(61_000.0));
     }
 }
