@@ -12,7 +12,8 @@ use serde::Serialize;
 )]
 pub struct Args {
     /// Scenarios: `all` or a comma-separated list of lease-cycle, handoff-chain,
-    /// idempotent-replay, public-get, authed-get, changes-feed, overview.
+    /// idempotent-replay, public-get, authed-get, changes-feed, overview, write-mix,
+    /// search, webhooks, orbit-page, events.
     #[arg(long, default_value = "all")]
     pub scenario: String,
 
@@ -45,7 +46,13 @@ pub struct Args {
     #[arg(long)]
     pub no_pgbench: bool,
 
-    /// CI smoke run: authed-get, 1 client, 2 s, no pgbench; checks the tool runs.
+    /// The `events` scenario's subscribers: SSE streams of the hot orbit, open while
+    /// the clients run the lease cycle there.
+    #[arg(long, default_value_t = 1000)]
+    pub subscribers: usize,
+
+    /// CI smoke run: authed-get and events (20 subscribers), 1 client, 2 s, no
+    /// pgbench; checks the tool runs.
     #[arg(long)]
     pub smoke: bool,
 
@@ -71,10 +78,11 @@ pub enum Scenario {
     Search,
     Webhooks,
     OrbitPage,
+    Events,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::LeaseCycle,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
@@ -86,6 +94,7 @@ impl Scenario {
         Scenario::Search,
         Scenario::Webhooks,
         Scenario::OrbitPage,
+        Scenario::Events,
     ];
 
     pub fn name(self) -> &'static str {
@@ -101,6 +110,7 @@ impl Scenario {
             Scenario::Search => "search",
             Scenario::Webhooks => "webhooks",
             Scenario::OrbitPage => "orbit-page",
+            Scenario::Events => "events",
         }
     }
 
@@ -111,7 +121,8 @@ impl Scenario {
             | Scenario::HandoffChain
             | Scenario::IdempotentReplay
             | Scenario::WriteMix
-            | Scenario::Webhooks => RefKind::TpcbLike,
+            | Scenario::Webhooks
+            | Scenario::Events => RefKind::TpcbLike,
             _ => RefKind::SelectOnly,
         }
     }

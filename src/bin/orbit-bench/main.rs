@@ -27,11 +27,12 @@
 //! per scenario, and the measurement), [`references`] (pgbench), [`profile`]
 //! (`--profile`) and [`report`] (the table and the JSON); [`bulk`] writes large
 //! seeds with the library's store functions; [`webhooks`] is the webhook
-//! scenario's local receiver.
+//! scenario's local receiver; [`events`] the event-stream scenario's subscribers.
 
 mod bulk;
 mod cli;
 mod client;
+mod events;
 mod orbit_page;
 mod profile;
 mod references;
@@ -59,7 +60,7 @@ use crate::client::Api;
 use crate::profile::{enable_pgss, Probe};
 use crate::references::{find_pgbench, References};
 use crate::report::{
-    evaluate, fmt_opt, load_average, memory_kib, Machine, Memory, RefRow, Report, Row,
+    evaluate, fmt_opt, link_events, load_average, memory_kib, Machine, Memory, RefRow, Report, Row,
 };
 use crate::scenarios::measure::{settle, RunCfg};
 use crate::scenarios::{make_row, run_one, shapes_of};
@@ -69,7 +70,8 @@ use crate::service::{spawn_service, Resources};
 fn main() -> ExitCode {
     let mut args = Args::parse();
     if args.smoke {
-        args.scenario = "authed-get".into();
+        args.scenario = "authed-get,events".into();
+        args.subscribers = 20;
         args.clients = vec![1];
         args.duration = 2;
         args.warmup = 1;
@@ -84,6 +86,10 @@ fn main() -> ExitCode {
     };
     if args.clients.is_empty() || args.clients.contains(&0) {
         eprintln!("error: --clients needs positive counts, e.g. 1,8,32");
+        return ExitCode::from(2);
+    }
+    if scenarios.contains(&Scenario::Events) && args.subscribers == 0 {
+        eprintln!("error: --subscribers must be at least 1");
         return ExitCode::from(2);
     }
     if args.duration == 0 {
@@ -105,6 +111,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if scenarios.contains(&Scenario::Events) {
+        // Before the service starts: it inherits the limit.
+        if let Err(e) = events::raise_open_files(args.subscribers) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let mut res = Resources::default();
     let outcome = runtime.block_on(async {
         tokio::select! {
@@ -254,6 +267,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
     let cfg = RunCfg {
         warmup: Duration::from_secs(args.warmup),
         duration: Duration::from_secs(args.duration),
+        subscribers: args.subscribers,
+        service_pid: res.service_pid,
     };
     let mut rows: Vec<Row> = Vec::new();
     for &scenario in scenarios {
@@ -305,6 +320,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
             }
         }
     }
+
+    link_events(&mut rows);
 
     // Memory and the token cache at the end.
     if let Some((rss, hwm)) = res.service_pid.and_then(memory_kib) {

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{RefKind, Scenario};
+use crate::events::{EventStats, WITH, WITHOUT};
 use crate::profile::{profile_table, Profile};
 
 #[derive(Debug, Clone, Serialize)]
@@ -25,6 +26,9 @@ pub struct Row {
     pub note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
+    /// The `events` scenario's subscribers, write-to-event latency and RSS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<EventStats>,
 }
 
 impl Row {
@@ -44,6 +48,7 @@ impl Row {
             ratio: None,
             note: Some(note),
             profile: None,
+            events: None,
         }
     }
 }
@@ -124,6 +129,70 @@ pub struct Memory {
 pub fn mib(kib: Option<u64>) -> String {
     kib.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
         .unwrap_or_else(|| "n/a".into())
+}
+
+/// Sets each `events` row's throughput ratio against the row of the same client
+/// count without subscribers.
+pub fn link_events(rows: &mut [Row]) {
+    let base: Vec<(usize, f64)> = rows
+        .iter()
+        .filter(|r| r.scenario == "events" && r.shape == WITHOUT)
+        .filter_map(|r| Some((r.clients, r.requests_per_s?)))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.shape == WITH) {
+        let Some(rps) = r.requests_per_s else {
+            continue;
+        };
+        let Some(ev) = r.events.as_mut() else {
+            continue;
+        };
+        ev.throughput_ratio = base
+            .iter()
+            .find(|(c, _)| *c == r.clients)
+            .filter(|(_, b)| *b > 0.0)
+            .map(|(_, b)| rps / b);
+    }
+}
+
+/// The `events` targets of issue 21, on the 8-client row with subscribers.
+fn event_targets(rows: &[Row], out: &mut Vec<Target>) {
+    let ev = find(rows, "events", WITH, 8).and_then(|r| r.events.as_ref());
+    let n = ev.map(|e| e.subscribers).unwrap_or(0);
+    out.push(target(
+        &format!(
+            "events @8 writers, {n} subscribers: write-to-event p99 < 100 ms, no event missing"
+        ),
+        ev.map(|e| {
+            format!(
+                "p50 {} ms, p99 {} ms, {} of {} events missing",
+                fmt_opt(e.latency_p50_ms, 2),
+                fmt_opt(e.latency_p99_ms, 2),
+                e.missing_events,
+                e.expected_events
+            )
+        })
+        .unwrap_or_else(|| "n/a".into()),
+        ev.and_then(|e| Some(e.latency_p99_ms? < 100.0 && e.missing_events == 0)),
+    ));
+    out.push(target(
+        "events @8: lease-cycle throughput with subscribers ≥ 0.85× without",
+        ev.and_then(|e| e.throughput_ratio)
+            .map(|x| format!("{x:.2}×"))
+            .unwrap_or_else(|| "n/a".into()),
+        ev.and_then(|e| e.throughput_ratio).map(|x| x >= 0.85),
+    ));
+    out.push(target(
+        "events @8: service RSS < 256 MiB with the streams open (peak VmRSS sampled)",
+        ev.map(|e| {
+            format!(
+                "peak {}, at end {}",
+                mib(e.rss_peak_kib),
+                mib(e.rss_end_kib)
+            )
+        })
+        .unwrap_or_else(|| "n/a".into()),
+        ev.and_then(|e| e.rss_peak_kib).map(|k| k < 256 * 1024),
+    ));
 }
 
 pub fn evaluate(rows: &[Row], mem: &Memory) -> Vec<Target> {
@@ -210,6 +279,7 @@ pub fn evaluate(rows: &[Row], mem: &Memory) -> Vec<Target> {
             .unwrap_or_else(|| "n/a".into()),
         page.map(|(x, r)| x >= 0.1 && r.p99_ms.is_some_and(|p| p < 30.0)),
     ));
+    event_targets(rows, &mut out);
     let idle = mem.idle_before_load_kib.or(mem.idle_after_start_kib);
     out.push(target(
         "service RSS idle < 64 MiB",
@@ -309,6 +379,37 @@ impl Report<'_> {
                 out.push_str(&format!(
                     "- {} {} @{}: {:?}\n",
                     r.scenario, r.shape, r.clients, r.error_kinds
+                ));
+            }
+        }
+        let events: Vec<_> = self
+            .rows
+            .iter()
+            .filter_map(|r| Some((r, r.events.as_ref().filter(|e| e.subscribers > 0)?)))
+            .collect();
+        if !events.is_empty() {
+            out.push_str(
+                "\nevents (write-to-event latency: the write's response at its client → \
+                 the event at each subscriber):\n",
+            );
+            for (r, e) in events {
+                out.push_str(&format!(
+                    "- @{} writers, {} subscribers: p50 {} ms, p99 {} ms, max {} ms; \
+                     {}/{} events delivered ({} before the write's response), {} reconnect(s); \
+                     lease-cycle throughput {}× of the run without subscribers; \
+                     service RSS peak {}, at end {}\n",
+                    r.clients,
+                    e.subscribers,
+                    fmt_opt(e.latency_p50_ms, 2),
+                    fmt_opt(e.latency_p99_ms, 2),
+                    fmt_opt(e.latency_max_ms, 1),
+                    e.delivered_events,
+                    e.expected_events,
+                    e.before_response,
+                    e.reconnects,
+                    fmt_opt(e.throughput_ratio, 2),
+                    mib(e.rss_peak_kib),
+                    mib(e.rss_end_kib)
                 ));
             }
         }

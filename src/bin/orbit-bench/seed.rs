@@ -137,9 +137,12 @@ impl Seeder<'_> {
             || has(Scenario::HandoffChain)
             || has(Scenario::IdempotentReplay)
             || has(Scenario::WriteMix)
-            || has(Scenario::Webhooks);
-        let need_hot =
-            has(Scenario::LeaseCycle) || has(Scenario::PublicGet) || has(Scenario::WriteMix);
+            || has(Scenario::Webhooks)
+            || has(Scenario::Events);
+        let need_hot = has(Scenario::LeaseCycle)
+            || has(Scenario::PublicGet)
+            || has(Scenario::WriteMix)
+            || has(Scenario::Events);
         let need_big = has(Scenario::ChangesFeed) || has(Scenario::Overview);
 
         eprintln!("seeding: registering {max_c} agents");
@@ -165,7 +168,8 @@ impl Seeder<'_> {
             }
             world.hot_owner = Some(owner);
         }
-        if has(Scenario::LeaseCycle) {
+        // The events scenario runs the lease cycle in the hot orbit.
+        if has(Scenario::LeaseCycle) || has(Scenario::Events) {
             let per = if self.bulk.is_some() {
                 POOL_SQL
             } else {

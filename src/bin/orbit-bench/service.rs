@@ -123,6 +123,9 @@ pub fn spawn_service(database_url: &str, port: u16, log: &Path) -> Result<Servic
         .env("ORBIT_REGISTER_RATE_LIMIT_PER_HOUR", "10000000")
         .env("ORBIT_RATE_LIMIT_PER_MINUTE", "10000000")
         .env("ORBIT_ANON_RATE_LIMIT_PER_MINUTE", "10000000")
+        // The events scenario opens its subscribers' streams from one address
+        // (the most the setting allows).
+        .env("ORBIT_MAX_STREAMS_PER_CLIENT", "10000")
         // The webhooks scenario delivers to a receiver on 127.0.0.1.
         .env("ORBIT_WEBHOOK_ALLOW_PRIVATE", "true")
         .on_port(port)

@@ -7,13 +7,23 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::measure::Rec;
-use crate::client::{Agent, Api, Method};
+use crate::client::{Agent, Api, Method, Resp};
+use crate::events::WriteLog;
 use crate::seed::{Chain, TaskPool};
 
+/// The lease cycle's state: with a [`WriteLog`], every write's `orbit_revision` and
+/// the instant its response arrived are logged (the `events` scenario).
+pub type LeaseCycle = (Api, Agent, TaskPool, Option<Arc<WriteLog>>);
+
 pub async fn lease_cycle_client(
-    (api, agent, pool): (Api, Agent, TaskPool),
+    (api, agent, pool, log): LeaseCycle,
     mut rec: Rec,
-) -> ((Api, Agent, TaskPool), Rec) {
+) -> (LeaseCycle, Rec) {
+    let wrote = |resp: &Resp, at: Instant| {
+        if let Some(log) = &log {
+            log.wrote(resp, at);
+        }
+    };
     let mut step = 0u64;
     while rec.running() {
         let task = pool.take();
@@ -25,9 +35,11 @@ pub async fn lease_cycle_client(
                 &json!({"duration_seconds": 900}),
             )
             .await;
+        let at = Instant::now();
         let Some(resp) = rec.check(t0, r, 201, false) else {
             continue;
         };
+        wrote(&resp, at);
         let v = resp.json();
         let (Some(lease), Some(version)) = (
             v["data"]["id"].as_i64(),
@@ -45,7 +57,10 @@ pub async fn lease_cycle_client(
                         "state": {"step": step, "notes": "checkpoint from orbit-bench"}}),
             )
             .await;
-        rec.check(t0, r, 201, false);
+        let at = Instant::now();
+        if let Some(resp) = rec.check(t0, r, 201, false) {
+            wrote(&resp, at);
+        }
         // Always release, even past the window, so the task is free for a later run.
         let t0 = Instant::now();
         let r = api
@@ -55,9 +70,12 @@ pub async fn lease_cycle_client(
                 &json!({"lease_version": version}),
             )
             .await;
-        rec.check(t0, r, 200, false);
+        let at = Instant::now();
+        if let Some(resp) = rec.check(t0, r, 200, false) {
+            wrote(&resp, at);
+        }
     }
-    ((api, agent, pool), rec)
+    ((api, agent, pool, log), rec)
 }
 
 /// One hot-orbit writer of every ordinary write kind (issue 25's `write-mix`): each

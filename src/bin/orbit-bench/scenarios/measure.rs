@@ -14,6 +14,21 @@ pub struct Window {
     pub until: Instant,
 }
 
+impl Window {
+    /// Warm-up from now, then the measured duration.
+    pub fn starting_now(cfg: &RunCfg) -> Window {
+        let start = Instant::now();
+        Window {
+            from: start + cfg.warmup,
+            until: start + cfg.warmup + cfg.duration,
+        }
+    }
+
+    pub fn contains(&self, at: Instant) -> bool {
+        at >= self.from && at < self.until
+    }
+}
+
 /// One virtual client's record of one measurement.
 pub struct Rec {
     pub window: Window,
@@ -22,6 +37,8 @@ pub struct Rec {
     pub kinds: BTreeMap<String, u64>,
     /// Every completed request, warm-up included (for CPU per request).
     pub all: u64,
+    /// The `events` scenario's figures (subscribers, write-to-event latency, RSS).
+    pub events: Option<crate::events::EventStats>,
 }
 
 impl Rec {
@@ -32,6 +49,7 @@ impl Rec {
             errors: 0,
             kinds: BTreeMap::new(),
             all: 0,
+            events: None,
         }
     }
 
@@ -136,11 +154,16 @@ where
     F: Fn(S, Rec) -> Fut,
     Fut: std::future::Future<Output = (S, Rec)> + Send + 'static,
 {
-    let start = Instant::now();
-    let window = Window {
-        from: start + cfg.warmup,
-        until: start + cfg.warmup + cfg.duration,
-    };
+    measure_in(Window::starting_now(cfg), states, client).await
+}
+
+/// [`measure`] in a window the caller chose (and may share with other tasks).
+pub async fn measure_in<S, F, Fut>(window: Window, states: Vec<S>, client: F) -> (Vec<S>, Rec)
+where
+    S: Send + 'static,
+    F: Fn(S, Rec) -> Fut,
+    Fut: std::future::Future<Output = (S, Rec)> + Send + 'static,
+{
     let handles: Vec<_> = states
         .into_iter()
         .map(|s| tokio::spawn(client(s, Rec::new(window))))
@@ -173,4 +196,8 @@ where
 pub struct RunCfg {
     pub warmup: Duration,
     pub duration: Duration,
+    /// The `events` scenario's subscribers.
+    pub subscribers: usize,
+    /// The service's process, for its memory (the `events` scenario).
+    pub service_pid: Option<u32>,
 }

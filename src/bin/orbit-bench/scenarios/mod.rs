@@ -29,6 +29,10 @@ pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<Strin
         Scenario::AuthedGet => vec![("me".into(), None)],
         Scenario::WriteMix => vec![("spread".into(), None), ("hot".into(), None)],
         Scenario::Webhooks => vec![("spread".into(), None)],
+        Scenario::Events => vec![
+            (crate::events::WITHOUT.into(), None),
+            (crate::events::WITH.into(), None),
+        ],
         Scenario::Search => ["mixed", "100k-word"]
             .iter()
             .map(|shape| {
@@ -102,6 +106,7 @@ pub fn make_row(
         ratio: reference.filter(|t| *t > 0.0).map(|t| rps / t),
         note: None,
         profile: None,
+        events: rec.events.take(),
     }
 }
 
@@ -131,6 +136,7 @@ pub async fn run_one(
                             tasks: p.tasks.clone(),
                             next: p.next.clone(),
                         },
+                        None,
                     )
                 })
                 .collect();
@@ -152,6 +158,7 @@ pub async fn run_one(
             Ok(rec)
         }
         Scenario::Webhooks => crate::webhooks::run(api, world, clients, cfg).await,
+        Scenario::Events => crate::events::run(api, world, shape, clients, cfg).await,
         Scenario::Search => {
             let states: Vec<_> = (0..clients)
                 .map(|i| {
