@@ -1,4 +1,5 @@
-//! JSON in: the body extractor every route uses, and RFC 8785 canonical form.
+//! JSON in: the body extractor every route uses, the query extractor, and RFC 8785
+//! canonical form.
 //!
 //! `JsonBody<T>` reads at most 256 KiB (413 past that, refused from Content-Length
 //! before reading), accepts an absent or empty body as `{}`, requires
@@ -11,6 +12,9 @@
 //! with 422, so every accepted number is stored and returned as the value sent. An
 //! integral number (`1643.0`) counts as an integer wherever one is expected, as in
 //! JSON Schema (issue 26, findings 2 and 10).
+//!
+//! `Query<T>` reads a query string and, like a body, reports every bad parameter at
+//! once in plain words (contract section 17).
 
 use std::fmt::Write as _;
 
@@ -341,6 +345,152 @@ pub fn plain_words(inner: &str) -> String {
         }
     } else {
         "has the wrong type or value".to_owned()
+    }
+}
+
+/// Values tried for a required query parameter that is missing, so that parsing can
+/// go on and find the other parameters' problems.
+const QUERY_PROBES: [&str; 4] = ["1", "true", "x", ""];
+
+/// Deserializes a query string into `T` and reports EVERY bad parameter at once
+/// (serde stops at the first): a parameter that does not fit is recorded and taken
+/// out, a required one that is missing is recorded and given a stand-in, and parsing
+/// resumes. Each problem is `(parameter, plain words)`; the parameter is what serde
+/// was at (the client's own name for an unknown one, empty when it names none), so
+/// the caller decides whether it may be named.
+pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, Vec<(String, String)>> {
+    use url::form_urlencoded;
+    let mut pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    let mut problems: Vec<(String, String)> = Vec::new();
+    // Missing parameters that carry a stand-in, with the probe they hold now.
+    let mut stand_ins: std::collections::BTreeMap<String, usize> = Default::default();
+    for _ in 0..64 {
+        let encoded = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&pairs)
+            .finish();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));
+        let e = match serde_path_to_error::deserialize::<_, T>(de) {
+            Ok(parsed) if problems.is_empty() => return Ok(parsed),
+            Ok(_) => return Err(problems),
+            Err(e) => e,
+        };
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let top = path.split(['.', '[']).next().unwrap_or("").to_owned();
+        if let Some(probe) = stand_ins.get_mut(&top) {
+            // Our stand-in does not fit this parameter: try the next one.
+            *probe += 1;
+            let Some(value) = QUERY_PROBES.get(*probe) else {
+                break;
+            };
+            for (k, v) in pairs.iter_mut() {
+                if *k == top {
+                    *v = (*value).to_owned();
+                }
+            }
+        } else if let Some(name) = between_backticks(&inner, "missing field `") {
+            if stand_ins.contains_key(&name) {
+                break;
+            }
+            problems.push((name.clone(), "is required".to_owned()));
+            pairs.push((name.clone(), QUERY_PROBES[0].to_owned()));
+            stand_ins.insert(name, 0);
+        } else if let Some(name) = between_backticks(&inner, "unknown field `") {
+            // Not echoed: the name is the client's.
+            problems.push((name.clone(), "is not a parameter of this route".to_owned()));
+            let before = pairs.len();
+            pairs.retain(|(k, _)| *k != name);
+            if pairs.len() == before {
+                break;
+            }
+        } else if top.is_empty() || path == "." {
+            problems.push((String::new(), query_words(&inner)));
+            break;
+        } else {
+            problems.push((top.clone(), query_words(&inner)));
+            let before = pairs.len();
+            pairs.retain(|(k, _)| *k != top);
+            if pairs.len() == before {
+                break;
+            }
+        }
+    }
+    if problems.is_empty() {
+        problems.push((String::new(), "is not valid for this request".to_owned()));
+    }
+    Err(problems)
+}
+
+/// [`plain_words`] for a query value, which also turns the standard library's parse
+/// errors (`invalid digit found in string`) into what the value must be.
+fn query_words(inner: &str) -> String {
+    if inner.contains("invalid digit")
+        || inner.contains("parse integer")
+        || inner.contains("too large to fit")
+        || inner.contains("too small to fit")
+    {
+        "must be a whole number".to_owned()
+    } else if inner.contains("invalid float literal") {
+        "must be a number".to_owned()
+    } else if inner.contains("`true` or `false`") {
+        "must be true or false".to_owned()
+    } else {
+        plain_words(inner)
+    }
+}
+
+/// Finds the documented query parameters of the route a request is for
+/// (`routes::documented_query`, from `routes::KnownRoutes`), set as app data by the
+/// app builder: this module sits below the route table.
+#[derive(Clone, Copy)]
+pub struct DocumentedQuery(pub fn(&HttpRequest) -> Vec<String>);
+
+/// A route's query string, parsed with [`parse_query`]: every bad parameter is in
+/// one 422 `validation_failed`, filed under its name only when it is a documented
+/// parameter of the route ([`DocumentedQuery`]), else under `query`: never a name
+/// the client made up. Derefs to `T`.
+pub struct Query<T>(pub T);
+
+impl<T> Query<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Query<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: DeserializeOwned> FromRequest for Query<T> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(
+            parse_query(req.query_string())
+                .map(Query)
+                .map_err(|problems| {
+                    let documented = req
+                        .app_data::<DocumentedQuery>()
+                        .map(|find| (find.0)(req))
+                        .unwrap_or_default();
+                    let mut errors = FieldErrors::default();
+                    for (param, words) in problems {
+                        let field = if documented.contains(&param) {
+                            param.as_str()
+                        } else {
+                            "query"
+                        };
+                        errors.add(field, words);
+                    }
+                    errors.into_error()
+                }),
+        )
     }
 }
 

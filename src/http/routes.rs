@@ -198,8 +198,8 @@ pub struct KnownRoutes(std::sync::Arc<Vec<KnownRoute>>);
 struct KnownRoute {
     def: ResourceDef,
     methods: Vec<String>,
-    /// Documented query parameters with their schema's `type` when it has one.
-    query: Vec<(String, Option<String>)>,
+    /// Documented query parameters.
+    query: Vec<String>,
 }
 
 impl KnownRoutes {
@@ -223,14 +223,7 @@ impl KnownRoutes {
                 .filter_map(|(_, op)| op.get("parameters")?.as_array())
                 .flatten()
                 .filter(|p| p.get("in").and_then(|i| i.as_str()) == Some("query"))
-                .filter_map(|p| {
-                    let name = p.get("name")?.as_str()?.to_owned();
-                    let kind = p
-                        .pointer("/schema/type")
-                        .and_then(|t| t.as_str())
-                        .map(str::to_owned);
-                    Some((name, kind))
-                })
+                .filter_map(|p| Some(p.get("name")?.as_str()?.to_owned()))
                 .collect();
             routes.push(KnownRoute {
                 def: ResourceDef::new(path.as_str()),
@@ -241,8 +234,8 @@ impl KnownRoutes {
         KnownRoutes(std::sync::Arc::new(routes))
     }
 
-    /// The query parameters documented for `path`, with their schema types.
-    fn query_params(&self, path: &str) -> Vec<(String, Option<String>)> {
+    /// The query parameters documented for `path`.
+    fn query_params(&self, path: &str) -> Vec<String> {
         self.0
             .iter()
             .filter(|r| r.def.is_match(path))
@@ -318,76 +311,20 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
     })
 }
 
-/// Path and query extractor failures → 422 in the envelope.
+/// Path extractor failures → 422 in the envelope.
 pub fn path_config() -> web::PathConfig {
     web::PathConfig::default().error_handler(|err, _req| {
         ApiError::invalid("invalid_path", format!("Invalid path parameter: {err}.")).into()
     })
 }
 
-pub fn query_config() -> web::QueryConfig {
-    web::QueryConfig::default().error_handler(|err, req| {
-        let message = err.to_string();
-        let mut e = crate::error::FieldErrors::default();
-        let words = message
-            .strip_prefix("Query deserialize error: ")
-            .unwrap_or(&message);
-        e.add(
-            &query_error_field(&message, req),
-            crate::http::json::plain_words(words),
-        );
-        e.into_error().into()
-    })
-}
-
-/// The field a query error is about, named from the route's documented parameters
-/// only: a parameter whose value the error quotes, or one serde says is missing.
-/// Anything else (an unknown parameter, an error that names nothing) is `query`.
-/// Never a value or a name the client made up (`?box=all` once gave `errors.all`).
-fn query_error_field(message: &str, req: &HttpRequest) -> String {
-    let documented = req
-        .app_data::<web::Data<KnownRoutes>>()
+/// The documented query parameters of the route `req` is for, the only names a
+/// query error is filed under (`json::Query`): never a value or a name the client
+/// made up (`?box=all` once gave `errors.all`).
+pub fn documented_query(req: &HttpRequest) -> Vec<String> {
+    req.app_data::<web::Data<KnownRoutes>>()
         .map(|k| k.query_params(req.path()))
-        .unwrap_or_default();
-    let is_documented = |name: &str| documented.iter().any(|(d, _)| d == name);
-    // actix prefixes serde's message.
-    let message = message
-        .strip_prefix("Query deserialize error: ")
-        .unwrap_or(message);
-    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
-    if let Some(rest) = message.strip_prefix("missing field `") {
-        let name = rest.split('`').next().unwrap_or("");
-        if is_documented(name) {
-            return name.to_owned();
-        }
-    } else if !message.starts_with("unknown field") {
-        let pairs: Vec<(String, String)> =
-            web::Query::<Vec<(String, String)>>::from_query(req.query_string())
-                .map(web::Query::into_inner)
-                .unwrap_or_default();
-        // The error quotes the value (`unknown variant `all``)...
-        let quoted_value = pairs
-            .iter()
-            .filter(|(k, _)| is_documented(k))
-            .find(|(_, v)| quoted.first() == Some(&v.as_str()));
-        // ...or the value does not fit the parameter's documented type.
-        let misfit = || {
-            pairs.iter().find(|(k, v)| {
-                documented.iter().any(|(d, kind)| {
-                    d == k
-                        && match kind.as_deref() {
-                            Some("integer") => v.parse::<i64>().is_err(),
-                            Some("boolean") => !matches!(v.as_str(), "true" | "false"),
-                            _ => false,
-                        }
-                })
-            })
-        };
-        if let Some((k, _)) = quoted_value.or_else(misfit) {
-            return k.clone();
-        }
-    }
-    "query".to_owned()
+        .unwrap_or_default()
 }
 
 pub fn json_config() -> web::JsonConfig {

@@ -624,6 +624,45 @@ async fn query_error_fields_come_from_the_schema() {
     }
 }
 
+/// Contract section 17: every bad query parameter is reported at once, in plain
+/// words, a missing required one too, and a made-up one only as `query`.
+#[tokio::test]
+async fn every_bad_query_parameter_is_reported_at_once() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("all-at-once").await;
+    let r = app
+        .get("/api/v1/orbits?limit=abc&after=-x", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    assert_eq!(
+        errors.keys().collect::<Vec<_>>(),
+        vec!["after", "limit"],
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.json["errors"]["limit"][0], "must be a whole number",
+        "{}",
+        r.text
+    );
+    let r = app
+        .get(
+            "/api/v1/handoffs?box=all&status=SOMETIMES&made_up_zz=1",
+            Some(&a.token),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    assert_eq!(
+        errors.keys().collect::<Vec<_>>(),
+        vec!["box", "query", "status"],
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("made_up_zz"), "{}", r.text);
+}
+
 /// Finding 8: `/metrics` can be restricted to a bearer token.
 #[tokio::test]
 async fn metrics_can_require_a_token() {

@@ -193,7 +193,7 @@ pub async fn list_assessments(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
-    query: web::Query<AssessmentQuery>,
+    query: crate::http::json::Query<AssessmentQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let cursor = page_bounds(q.limit, q.after)?;

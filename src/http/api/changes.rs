@@ -72,7 +72,7 @@ pub async fn list_changes(
     bearer: Bearer,
     req: actix_web::HttpRequest,
     path: web::Path<String>,
-    query: web::Query<ChangesQuery>,
+    query: crate::http::json::Query<ChangesQuery>,
 ) -> ApiResult<HttpResponse> {
     let addr = state.limits.client_ip(&req);
     let page = read_page(

@@ -237,7 +237,7 @@ pub async fn list_contributions(
     state: State,
     bearer: Bearer,
     path: web::Path<String>,
-    query: web::Query<ContributionQuery>,
+    query: crate::http::json::Query<ContributionQuery>,
 ) -> ApiResult<HttpResponse> {
     let body = list_page(&state, bearer, path.into_inner(), query.into_inner()).await?;
     Ok(crate::http::api::json_response(
@@ -446,7 +446,7 @@ pub async fn list_revisions(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let id = path.into_inner();

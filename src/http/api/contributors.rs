@@ -205,7 +205,7 @@ pub struct TokenPage {
 pub async fn list_tokens(
     state: State,
     bearer: Bearer,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let tokens = state.tokens.clone();

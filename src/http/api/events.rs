@@ -57,7 +57,7 @@ pub async fn stream_events(
     bearer: Bearer,
     req: actix_web::HttpRequest,
     path: web::Path<String>,
-    query: web::Query<EventsQuery>,
+    query: crate::http::json::Query<EventsQuery>,
 ) -> ApiResult<HttpResponse> {
     let addr = state.limits.client_ip(&req);
     let last_event_id = req

@@ -626,7 +626,7 @@ pub struct MailboxQuery {
 pub async fn list_handoffs(
     state: State,
     bearer: Bearer,
-    query: web::Query<MailboxQuery>,
+    query: crate::http::json::Query<MailboxQuery>,
 ) -> ApiResult<HttpResponse> {
     page_json(&mailbox(&state, bearer, query.into_inner()).await?)
 }
@@ -661,7 +661,7 @@ pub async fn task_handoffs(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();

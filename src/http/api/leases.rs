@@ -202,7 +202,7 @@ pub async fn list_leases(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let task_id = path.into_inner();

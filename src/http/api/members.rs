@@ -42,7 +42,7 @@ pub async fn list_members(
     state: State,
     bearer: Bearer,
     path: web::Path<String>,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let reference = path.into_inner();

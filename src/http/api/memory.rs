@@ -166,7 +166,7 @@ pub async fn list_memory_records(
     state: State,
     bearer: Bearer,
     path: web::Path<String>,
-    query: web::Query<MemoryQuery>,
+    query: crate::http::json::Query<MemoryQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let cursor = page_bounds(q.limit, q.after)?;

@@ -167,7 +167,7 @@ pub fn create(
 pub async fn list_orbits(
     state: State,
     bearer: Bearer,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     let rows = public_read(&state, bearer, move |conn| Ok(store::list(conn, cursor)?)).await?;

@@ -151,7 +151,7 @@ pub async fn list_problems(
     state: State,
     bearer: Bearer,
     path: web::Path<String>,
-    query: web::Query<ProblemQuery>,
+    query: crate::http::json::Query<ProblemQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     let cursor = page_bounds(q.limit, q.after)?;

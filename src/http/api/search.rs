@@ -1,7 +1,7 @@
 //! `GET /api/v1/search` (contract section 13): the REST face of
 //! `domain::search::search`, which the MCP `search` tool calls too.
 
-use actix_web::{get, web, HttpResponse};
+use actix_web::{get, HttpResponse};
 
 use crate::domain::auth::Bearer;
 use crate::domain::search::{self, SearchPage, SearchQuery};
@@ -27,7 +27,7 @@ use crate::http::api::{json_response, State};
 pub async fn search_commons(
     state: State,
     bearer: Bearer,
-    query: web::Query<SearchQuery>,
+    query: crate::http::json::Query<SearchQuery>,
 ) -> ApiResult<HttpResponse> {
     let page = search::search(&state, bearer, query.into_inner()).await?;
     let body = serde_json::to_vec(&page).map_err(|e| {

@@ -167,7 +167,7 @@ pub async fn list_tasks(
     state: State,
     bearer: Bearer,
     path: web::Path<String>,
-    query: web::Query<TaskQuery>,
+    query: crate::http::json::Query<TaskQuery>,
 ) -> ApiResult<HttpResponse> {
     let body = list_page(&state, bearer, path.into_inner(), query.into_inner()).await?;
     Ok(crate::http::api::json_response(

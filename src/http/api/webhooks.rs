@@ -85,7 +85,7 @@ pub async fn create_webhook(
 pub async fn list_webhooks(
     state: State,
     bearer: Bearer,
-    query: web::Query<PageParams>,
+    query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     page_json(&domain::list(&state, bearer, cursor).await?)

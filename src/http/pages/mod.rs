@@ -172,18 +172,25 @@ async fn not_found() -> HttpResponse {
     error_page(PageError::not_found("Page"))
 }
 
-/// A page's query string, parsed into `T` (unknown parameters ignored); a value
-/// that does not fit → 400 naming it.
+/// A page's query string, parsed into `T` (unknown parameters ignored); values
+/// that do not fit → 400 naming every one of them.
 pub fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, PageError> {
-    web::Query::<T>::from_query(req.query_string())
-        .map(web::Query::into_inner)
-        .map_err(|e| {
-            let text = e.to_string();
-            let text = text
-                .strip_prefix("Query deserialize error: ")
-                .unwrap_or(&text);
-            PageError::bad_request(format!("The query parameters are not valid: {text}."))
-        })
+    crate::http::json::parse_query(req.query_string()).map_err(|problems| {
+        let text: Vec<String> = problems
+            .into_iter()
+            .map(|(param, words)| {
+                if param.is_empty() {
+                    words
+                } else {
+                    format!("{param} {words}")
+                }
+            })
+            .collect();
+        PageError::bad_request(format!(
+            "The query parameters are not valid: {}.",
+            text.join("; ")
+        ))
+    })
 }
 
 /// A positive id from a path segment; anything else names nothing → 404.
