@@ -153,7 +153,7 @@ pub fn create(
         caller.id(),
         value.lease_version,
         None,
-        Guard::Work,
+        Guard::Checkpoint,
     )?;
     let mut checkpoint = store::insert_checkpoint(
         conn,

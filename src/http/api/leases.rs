@@ -3,7 +3,6 @@
 use actix_web::{get, post, web, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use utoipa::ToSchema;
 
 use crate::db::{self, TxResult};
@@ -15,7 +14,7 @@ use crate::domain::revision::Change;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::public_read;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::tasks::{task_closed, task_member};
+use crate::http::api::tasks::task_member;
 use crate::http::api::{ok_json, page_json, write, write_quick, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::model::Role;
@@ -129,26 +128,11 @@ pub fn acquire(
     if let Some(stored) = gate.claim(conn, &[task_id])? {
         return Ok(Reply::replayed(stored));
     }
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    if !task.is_open() {
-        return Err(task_closed(&task.status).into());
-    }
-    if let Some(h) = task.pending_from(caller.id()) {
-        return Err(fence::handed_off(h.id, h.to_contributor).into());
-    }
+    let task = fence::lock_to_acquire(conn, task_id, caller.id())?;
+    fence::admit(&task, caller.id())?;
     let mut summary = String::new();
     if let Some(open) = &task.open_lease {
-        if open.expires_at > task.now {
-            if open.contributor_id == caller.id() {
-                return Err(ApiError::conflict(
-                    "lease_already_held",
-                    "You already hold the active lease on this task: renew it instead.",
-                )
-                .with_details(json!({ "lease_id": open.id }))
-                .into());
-            }
-            return Err(lease_conflict(&open.expires_at).into());
-        }
+        // Admitted with an open lease: it has run out.
         store::end_lease(conn, open.id, task.now, "EXPIRED")?;
         summary.push_str(&format!("; lease v{} expired", open.lease_version));
     }
@@ -181,14 +165,7 @@ pub fn acquire(
     Reply::created(&out, orbit_id)
 }
 
-pub fn lease_conflict(expires_at: &DateTime<Utc>) -> ApiError {
-    ApiError::conflict(
-        "lease_conflict",
-        "Someone else holds an active lease on this task. Choose other work, or try again \
-         after details.expires_at.",
-    )
-    .with_details(json!({ "expires_at": crate::model::format_ts(expires_at) }))
-}
+pub use crate::domain::fence::lease_conflict;
 
 /// A task's lease history, ascending.
 #[utoipa::path(

@@ -474,10 +474,4 @@ pub fn cancel(
     Reply::ok(&out, orbit_id)
 }
 
-pub fn task_closed(status: &str) -> ApiError {
-    ApiError::conflict(
-        "task_closed",
-        "This task is closed (COMPLETED or CANCELLED). Stop and report; choose other work.",
-    )
-    .with_details(serde_json::json!({ "status": status }))
-}
+pub use crate::domain::fence::task_closed;
