@@ -6,7 +6,8 @@
 //! that wakes on the change hub ([`ChangeHub`], LISTEN/NOTIFY across instances),
 //! reads the new changes once, renders them once as one buffer of SSE frames, and
 //! puts that read, shared, into every subscriber's bounded queue with `try_send`
-//! (never waiting). A busy orbit's tail reads at most once per [`TAIL_GAP`]: the
+//! (never waiting). A busy orbit's tail reads at most once per
+//! `ORBIT_STREAM_BATCH_MS` (default 20 ms): the
 //! changes of that moment go out as one batch, which each stream sends as one
 //! chunk (one socket write for the batch, not one per change). A subscriber whose
 //! queue is full — it stopped reading — is dropped: its stream ends and its client
@@ -42,9 +43,7 @@ use crate::store::changes::{load_page, ChangeOut};
 
 /// Changes per feed read (replay pages and tail reads).
 const PAGE: i64 = 500;
-/// The least time between two reads of one orbit's tail: the changes committed
-/// meanwhile are read, rendered and fanned out together.
-const TAIL_GAP: Duration = Duration::from_millis(20);
+
 /// How often an idle tail looks for subscribers that went away.
 const TAIL_TICK: Duration = Duration::from_secs(1);
 /// An idle tail reads the feed once per this many ticks even without a wake-up: a
@@ -197,6 +196,7 @@ impl Streams {
         // Subscribed before the first read: a change committed after that read
         // wakes the tail.
         let wake = core.hub.subscribe();
+        let gap = Duration::from_millis(core.config.stream_batch_ms);
         tokio::spawn(run_tail(
             self.clone(),
             core.pool.clone(),
@@ -204,6 +204,7 @@ impl Streams {
             from,
             tail,
             wake,
+            gap,
         ));
         rx
     }
@@ -239,7 +240,7 @@ impl Streams {
 }
 
 /// One orbit's tail: reads the feed after the last revision it handed out, once
-/// when it starts and once per wake-up (at most once per [`TAIL_GAP`]), until no
+/// when it starts and once per wake-up (at most once per `gap`), until no
 /// subscriber is left.
 async fn run_tail(
     streams: Arc<Streams>,
@@ -248,13 +249,14 @@ async fn run_tail(
     mut last: i64,
     tail: Arc<Tail>,
     mut wake: broadcast::Receiver<i64>,
+    gap: Duration,
 ) {
     use broadcast::error::{RecvError, TryRecvError};
     let mut last_read: Option<Instant> = None;
     loop {
         // Let the changes of a busy moment gather: one read, one batch for them.
         if let Some(at) = last_read {
-            tokio::time::sleep_until(at + TAIL_GAP).await;
+            tokio::time::sleep_until(at + gap).await;
         }
         last_read = Some(Instant::now());
         // Wake-ups that arrived meanwhile are answered by this read too.

@@ -187,25 +187,34 @@ impl Shared {
 }
 
 /// The `id:` of every complete event in `buf` (consumed), and whether the server
-/// said `retry:` (it is ending the stream).
+/// said `retry:` (it is ending the stream). Only a block's first line is looked
+/// at (the service writes `id:` first, and `retry:` or a comment alone): reading
+/// 1,000 streams of a busy orbit is a million events a second, on the same two
+/// cores as the service.
 fn parse_events(buf: &mut Vec<u8>, ids: &mut Vec<i64>) -> bool {
     let mut ending = false;
     let mut at = 0;
-    while let Some(end) = buf[at..].windows(2).position(|w| w == b"\n\n") {
-        let block = &buf[at..at + end];
-        for line in block.split(|b| *b == b'\n') {
-            if let Some(id) = line.strip_prefix(b"id: ") {
-                if let Some(rev) = std::str::from_utf8(id)
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok())
-                {
-                    ids.push(rev);
-                }
-            } else if line.starts_with(b"retry:") {
-                ending = true;
-            }
+    for end in memchr::memmem::find_iter(buf, b"\n\n") {
+        if end < at {
+            // The second newline of a "\n\n\n": not a block of its own.
+            continue;
         }
-        at += end + 2;
+        let block = &buf[at..end];
+        if let Some(rest) = block.strip_prefix(b"id: ") {
+            let digits = rest.iter().take_while(|b| b.is_ascii_digit());
+            let mut rev: i64 = 0;
+            let mut any = false;
+            for d in digits {
+                rev = rev.saturating_mul(10).saturating_add(i64::from(d - b'0'));
+                any = true;
+            }
+            if any {
+                ids.push(rev);
+            }
+        } else if block.starts_with(b"retry:") {
+            ending = true;
+        }
+        at = end + 2;
     }
     buf.drain(..at);
     ending
