@@ -187,13 +187,7 @@ async fn memory_records_ignore_the_idempotency_key() {
     let mut ids = Vec::new();
     for _ in 0..2 {
         let r = app
-            .send(
-                Method::POST,
-                &path,
-                Some(&c.owner.token),
-                Some("same-key"),
-                Some(body.clone()),
-            )
+            .post_with_key(&path, &c.owner.token, "same-key", body.clone())
             .await;
         assert_eq!(r.status, 201, "{}", r.text);
         assert!(r.header("idempotency-replayed").is_none());
