@@ -8,7 +8,7 @@
 //! processes that died are removed by the next run. Runs never share a cluster.
 //! The cluster, the template and the databases come from `orbit_commons::testkit`
 //! (shared with the reliability tests and the bench); this file adds the in-process
-//! app and the HTTP helpers.
+//! app and the HTTP helpers, and [`Remote`] for a service running as its own process.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;

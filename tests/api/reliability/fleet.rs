@@ -1,5 +1,6 @@
 //! The instances under test: `orbit-commons serve` processes (started and killed
-//! through the test kit) on one database, and one load test's whole setting.
+//! through the test kit) on one database, a migrated private cluster for the tests
+//! that stop the server, and one load test's whole setting.
 
 use std::path::Path;
 use std::sync::Arc;
