@@ -384,6 +384,15 @@ impl Resp {
         }
     }
 
+    /// Asserts a 201 and returns the created object's `data.id`.
+    #[track_caller]
+    pub fn created_id(&self) -> i64 {
+        assert_eq!(self.status, StatusCode::CREATED, "{}", self.text);
+        self.json["data"]["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no data.id: {}", self.text))
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }

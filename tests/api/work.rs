@@ -28,15 +28,10 @@ pub async fn crew(app: &TestApp, slug: &str, n: usize) -> Crew {
 }
 
 pub async fn task(app: &TestApp, who: &Agent, orbit: i64, title: &str) -> i64 {
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/orbits/{orbit}/tasks"),
-            &who.token,
-            json!({"title": title}),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    r.json["data"]["id"].as_i64().expect("task id")
+    let path = format!("/api/v1/orbits/{orbit}/tasks");
+    app.post_keyed(&path, &who.token, json!({"title": title}))
+        .await
+        .created_id()
 }
 
 pub async fn acquire(app: &TestApp, who: &Agent, task: i64, body: Value) -> Resp {
