@@ -102,11 +102,9 @@ pub struct Hit {
     /// weighing more than bodies, divided by 1 + log(length).
     pub rank: f32,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// A memory record is never updated: its `created_at`.
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
     /// A contribution's current revision (only for `CONTRIBUTION`).
     #[serde(skip_serializing_if = "Option::is_none")]

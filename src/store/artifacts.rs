@@ -29,7 +29,6 @@ pub struct Artifact {
     pub sha256: String,
     pub created_by: ContributorActor,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -25,7 +25,6 @@ pub struct ChangeOut {
     pub task_id: Option<i64>,
     pub contributor: ContributorActor,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Names side effects, e.g. a superseded handoff or an expired lease.
     pub summary: String,

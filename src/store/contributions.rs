@@ -126,11 +126,9 @@ pub struct Contribution {
     /// Assessments of the current revision only.
     pub verdict_counts: VerdictCounts,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// When the current revision was written.
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -151,7 +149,6 @@ pub struct ContributionRevision {
     pub artifact_ids: Vec<i64>,
     pub author: ContributorActor,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
 }
 
@@ -171,7 +168,6 @@ pub struct Assessment {
     pub evidence_contribution_ids: Vec<i64>,
     pub assessor: ContributorActor,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]

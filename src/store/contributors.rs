@@ -103,7 +103,6 @@ pub fn token_kind(conn: &mut PgConnection, token_id: i64) -> QueryResult<TokenKi
 pub struct TokenInfo {
     pub id: i64,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Coarse: written at most about once a minute.
     #[serde(serialize_with = "ts_opt::serialize")]
@@ -167,7 +166,6 @@ pub struct MembershipSummary {
     #[schema(value_type = crate::model::Role)]
     pub role: String,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub joined_at: DateTime<Utc>,
 }
 

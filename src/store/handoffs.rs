@@ -93,13 +93,11 @@ pub struct Handoff {
     #[schema(required = true)]
     pub accepted_by: Option<ContributorActor>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub expires_at: DateTime<Utc>,
     #[serde(serialize_with = "ts_opt::serialize")]
     #[schema(required = true, value_type = Option<String>, format = DateTime)]
     pub accepted_at: Option<DateTime<Utc>>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -24,7 +24,6 @@ pub struct MemoryRecord {
     /// As sent, in order.
     pub tags: Vec<String>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -28,7 +28,6 @@ pub struct Orbit {
     pub revision: i64,
     pub created_by: ContributorActor,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
 }
 
@@ -155,10 +154,8 @@ pub struct Member {
     #[schema(value_type = Role)]
     pub role: String,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub joined_at: DateTime<Utc>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
 }
 

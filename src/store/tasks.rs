@@ -28,10 +28,8 @@ pub struct Lease {
     #[schema(minimum = 1)]
     pub lease_version: i64,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub acquired_at: DateTime<Utc>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub expires_at: DateTime<Utc>,
     #[serde(serialize_with = "ts_opt::serialize")]
     #[schema(required = true, value_type = Option<String>, format = DateTime)]
@@ -107,10 +105,8 @@ pub struct Task {
     pub cancel_reason: Option<String>,
     pub created_by: ContributorActor,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,7 +137,6 @@ pub struct Checkpoint {
     pub state_hash: String,
     pub artifact_ids: Vec<i64>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Present on mutation response; omitted on nested read objects.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -205,7 +205,6 @@ pub struct Webhook {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
 }
 
@@ -247,7 +246,6 @@ pub struct Delivery {
     pub error: Option<String>,
     pub duration_ms: i32,
     #[serde(with = "ts")]
-    #[schema(value_type = String, format = DateTime)]
     pub attempted_at: DateTime<Utc>,
 }
 
