@@ -136,8 +136,8 @@ pub fn create(
         content,
         caller.id(),
     )?;
-    let mut out = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
-    out.orbit_revision = Some(gate.record(
+    let mut artifact = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
+    artifact.orbit_revision = Some(gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -148,7 +148,7 @@ pub fn create(
             summary: format!("artifact {id} stored ({size} bytes, sha256 {sha256})"),
         },
     )?);
-    Reply::created(&out, orbit.id)
+    Reply::created(&artifact, orbit.id)
 }
 
 /// An orbit's artifacts (metadata), ascending by id (REST and MCP).

@@ -16,7 +16,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Page, Validate};
+use crate::model::{page_bounds, verbatim, Cursor, Page, Validate};
 use crate::store::contributions::{self as store, Assessment, Verdict};
 use crate::store::{problems, refs};
 
@@ -91,8 +91,8 @@ pub fn create(
             problems::count_verdict(conn, problem_id, value.verdict)?;
         }
     }
-    let mut out = store::assessment(conn, id)?.ok_or(ApiError::internal())?;
-    out.orbit_revision = Some(gate.record(
+    let mut assessment = store::assessment(conn, id)?.ok_or(ApiError::internal())?;
+    assessment.orbit_revision = Some(gate.record(
         head.orbit_id,
         caller.id(),
         Change {
@@ -107,7 +107,7 @@ pub fn create(
             ),
         },
     )?);
-    Reply::created(&out, head.orbit_id)
+    Reply::created(&assessment, head.orbit_id)
 }
 
 /// The query of `GET /api/v1/contributions/{contribution}/assessments`.
@@ -126,6 +126,17 @@ pub struct AssessmentQuery {
     pub after: Option<i64>,
 }
 
+impl AssessmentQuery {
+    /// The page asked for, or 422 for a bad `limit`, `after` or `revision`.
+    fn cursor(&self) -> ApiResult<Cursor> {
+        let cursor = page_bounds(self.limit, self.after)?;
+        if self.revision.is_some_and(|r| r < 1) {
+            return Err(ApiError::field("revision", "must be at least 1"));
+        }
+        Ok(cursor)
+    }
+}
+
 /// A contribution's assessments, ascending by id, `revision` keeping one revision's
 /// (REST and MCP).
 pub async fn list(
@@ -134,10 +145,7 @@ pub async fn list(
     bearer: Bearer,
     id: i64,
 ) -> ApiResult<Page<Assessment>> {
-    let cursor = page_bounds(q.limit, q.after)?;
-    if q.revision.is_some_and(|r| r < 1) {
-        return Err(ApiError::field("revision", "must be at least 1"));
-    }
+    let cursor = q.cursor()?;
     public_page(
         core,
         bearer,

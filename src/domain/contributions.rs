@@ -18,7 +18,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_list, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Page, PageParams, Validate};
+use crate::model::{page_bounds, verbatim, Cursor, Page, PageParams, Validate};
 use crate::perf::listcache::ListRoute;
 use crate::store::contributions::{
     self as store, Contribution, ContributionKind, ContributionRevision,
@@ -126,8 +126,8 @@ pub fn create(
     if let Some(problem_id) = value.problem_id {
         problems::count_contribution(conn, problem_id, value.kind)?;
     }
-    let mut out = written_contribution(conn, id)?;
-    out.orbit_revision = Some(gate.record(
+    let mut contribution = written_contribution(conn, id)?;
+    contribution.orbit_revision = Some(gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -138,7 +138,7 @@ pub fn create(
             summary: format!("contribution {id} ({}) created", value.kind.as_str()),
         },
     )?);
-    Reply::created(&out, orbit.id)
+    Reply::created(&contribution, orbit.id)
 }
 
 /// The query of `GET /api/v1/orbits/{orbit}/contributions` (and of its tool).
@@ -162,6 +162,17 @@ pub struct ContributionQuery {
     pub after: Option<i64>,
 }
 
+impl ContributionQuery {
+    /// The list cache's key of this query at `cursor`: its parameters, defaults applied.
+    fn cache_params(&self, cursor: Cursor) -> String {
+        let kind = self.kind.map(ContributionKind::as_str);
+        format!(
+            "kind={kind:?}&problem_id={:?}&task_id={:?}&after={}&limit={}",
+            self.problem_id, self.task_id, cursor.after, cursor.limit
+        )
+    }
+}
+
 /// A page of an orbit's contributions, through the list cache (REST and MCP).
 pub async fn list(
     core: &Core,
@@ -170,11 +181,8 @@ pub async fn list(
     reference: String,
 ) -> ApiResult<actix_web::web::Bytes> {
     let cursor = page_bounds(q.limit, q.after)?;
+    let params = q.cache_params(cursor);
     let kind = q.kind.map(ContributionKind::as_str);
-    let params = format!(
-        "kind={kind:?}&problem_id={:?}&task_id={:?}&after={}&limit={}",
-        q.problem_id, q.task_id, cursor.after, cursor.limit
-    );
     public_list(
         core,
         bearer,
@@ -276,8 +284,8 @@ pub fn revise(
     if let Some(problem_id) = head.problem_id {
         problems::uncount_verdicts(conn, problem_id, &head.verdicts)?;
     }
-    let mut out = written_contribution(conn, id)?;
-    out.orbit_revision = Some(gate.record(
+    let mut contribution = written_contribution(conn, id)?;
+    contribution.orbit_revision = Some(gate.record(
         head.orbit_id,
         caller.id(),
         Change {
@@ -288,7 +296,7 @@ pub fn revise(
             summary: format!("contribution {id} revised to revision {new_revision}"),
         },
     )?);
-    Reply::created(&out, head.orbit_id)
+    Reply::created(&contribution, head.orbit_id)
 }
 
 /// A contribution at its current revision (REST and MCP).

@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Page, Validate};
+use crate::model::{page_bounds, verbatim, Cursor, Page, Validate};
 use crate::store::memory::{self as store, MemoryRecord};
 
 pub const MAX_TAGS: usize = 32;
@@ -70,8 +70,8 @@ pub fn create(
         &value.content,
         value.tags.as_deref().unwrap_or_default(),
     )?;
-    let mut out = store::record(conn, id)?.ok_or(ApiError::internal())?;
-    out.orbit_revision = Some(gate.record(
+    let mut memory = store::record(conn, id)?.ok_or(ApiError::internal())?;
+    memory.orbit_revision = Some(gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -82,7 +82,7 @@ pub fn create(
             summary: format!("memory record {id} created"),
         },
     )?);
-    Reply::created(&out, orbit.id)
+    Reply::created(&memory, orbit.id)
 }
 
 /// The query of `GET /api/v1/orbits/{orbit}/memory` (and of `list_memory`).
@@ -101,6 +101,15 @@ pub struct MemoryQuery {
     pub after: Option<i64>,
 }
 
+impl MemoryQuery {
+    /// The page asked for, or 422 for a bad `limit`, `after` or `tag`.
+    fn cursor(&self) -> ApiResult<Cursor> {
+        let cursor = page_bounds(self.limit, self.after)?;
+        check_tag(self.tag.as_deref())?;
+        Ok(cursor)
+    }
+}
+
 /// An orbit's memory records, ascending by id, `tag` keeping those that carry it
 /// (REST and MCP).
 pub async fn list(
@@ -109,8 +118,7 @@ pub async fn list(
     bearer: Bearer,
     reference: String,
 ) -> ApiResult<Page<MemoryRecord>> {
-    let cursor = page_bounds(q.limit, q.after)?;
-    check_tag(q.tag.as_deref())?;
+    let cursor = q.cursor()?;
     public_page(
         core,
         bearer,

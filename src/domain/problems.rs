@@ -58,8 +58,8 @@ pub fn create(
     let value = body?;
     claim!(gate, conn, &[orbit.id]);
     let id = store::insert(conn, orbit.id, &value.title, &value.statement, caller.id())?;
-    let mut out = written_problem(conn, id)?;
-    out.orbit_revision = Some(gate.record(
+    let mut problem = written_problem(conn, id)?;
+    problem.orbit_revision = Some(gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -70,7 +70,7 @@ pub fn create(
             summary: format!("problem {id} created"),
         },
     )?);
-    Reply::created(&out, orbit.id)
+    Reply::created(&problem, orbit.id)
 }
 
 /// The query of `GET /api/v1/orbits/{orbit}/problems` (and of its tool).
@@ -86,6 +86,13 @@ pub struct ProblemQuery {
     /// Return problems with an id greater than this.
     #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+impl ProblemQuery {
+    /// The status filter as stored, if any.
+    fn status(&self) -> Option<&'static str> {
+        self.status.map(ProblemStatus::as_str)
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -115,8 +122,8 @@ pub fn set_status(
     let value = body?;
     claim!(gate, conn, &[problem_id]);
     let old = store::set_status(conn, problem_id, value.status)?;
-    let mut out = written_problem(conn, problem_id)?;
-    out.orbit_revision = Some(gate.record(
+    let mut problem = written_problem(conn, problem_id)?;
+    problem.orbit_revision = Some(gate.record(
         orbit_id,
         caller.id(),
         Change {
@@ -130,7 +137,7 @@ pub fn set_status(
             ),
         },
     )?);
-    Reply::ok(&out, orbit_id)
+    Reply::ok(&problem, orbit_id)
 }
 
 /// A problem's overview read in one snapshot (the API and the problem page).
@@ -173,7 +180,7 @@ pub async fn list(
     reference: String,
 ) -> ApiResult<Page<Problem>> {
     let cursor = page_bounds(q.limit, q.after)?;
-    let status = q.status.map(ProblemStatus::as_str);
+    let status = q.status();
     public_page(
         core,
         bearer,

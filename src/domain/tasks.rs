@@ -80,8 +80,8 @@ pub fn create(
         value.description.as_deref().unwrap_or(""),
         caller.id(),
     )?;
-    let mut out = store::task(conn, id)?.ok_or(ApiError::internal())?;
-    out.orbit_revision = Some(gate.record(
+    let mut task = store::task(conn, id)?.ok_or(ApiError::internal())?;
+    task.orbit_revision = Some(gate.record(
         orbit.id,
         caller.id(),
         Change {
@@ -92,7 +92,7 @@ pub fn create(
             summary: format!("task {id} created"),
         },
     )?);
-    Reply::created(&out, orbit.id)
+    Reply::created(&task, orbit.id)
 }
 
 /// The query of `GET /api/v1/orbits/{orbit}/tasks` (and of the `list_tasks` tool).
@@ -112,6 +112,17 @@ pub struct TaskQuery {
     pub after: Option<i64>,
 }
 
+impl TaskQuery {
+    /// The list cache's key of this query at `cursor`: its parameters, defaults applied.
+    fn cache_params(&self, cursor: Cursor) -> String {
+        let status = self.status.map(TaskStatus::as_str);
+        format!(
+            "status={status:?}&leased={:?}&after={}&limit={}",
+            self.leased, cursor.after, cursor.limit
+        )
+    }
+}
+
 /// A page of an orbit's tasks, through the list cache (REST and MCP).
 pub async fn list(
     core: &Core,
@@ -120,11 +131,8 @@ pub async fn list(
     reference: String,
 ) -> ApiResult<actix_web::web::Bytes> {
     let cursor = page_bounds(q.limit, q.after)?;
+    let params = q.cache_params(cursor);
     let status = q.status.map(TaskStatus::as_str);
-    let params = format!(
-        "status={status:?}&leased={:?}&after={}&limit={}",
-        q.leased, cursor.after, cursor.limit
-    );
     public_list(
         core,
         bearer,
@@ -389,7 +397,7 @@ fn closed(
     task_id: i64,
     summary: String,
 ) -> TxResult<Reply> {
-    let mut out = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
+    let mut task = store::task(conn, task_id)?.ok_or(ApiError::internal())?;
     let change = Change {
         kind,
         entity_type: "task",
@@ -398,8 +406,8 @@ fn closed(
         summary,
     };
     let by = gate.contributor_id();
-    out.orbit_revision = Some(gate.record(orbit_id, by, change)?);
-    Reply::ok(&out, orbit_id)
+    task.orbit_revision = Some(gate.record(orbit_id, by, change)?);
+    Reply::ok(&task, orbit_id)
 }
 
 /// 409 `task_closed`: the task is COMPLETED or CANCELLED.
