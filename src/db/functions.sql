@@ -11,10 +11,15 @@
 --
 -- What they decide: `apply_change` is the one place a change is applied (revision,
 -- change row, stored response) for both write paths; `claim_key` is the one key
--- claim of both paths; the quick_* functions run the successful case of the lease
--- cycle in groups (`perf::quick`, docs/MECHANISMS.md "Quick writes") and decline
--- (`quick_declined`) everything else to the ordinary path, which decides and words
--- every refusal. The checks they restate from `domain::fence` are held to it by
+-- claim of both paths; `lease_verdict` and `acquire_verdict` are the one lease
+-- decision (contract section 8) of both paths: `domain::fence` asks them in its
+-- lock statement and only words the refusal they name, and the quick_* functions
+-- ask the same functions; `member_role` and `token_use_due` are the membership
+-- and the last-used rule both paths read. The quick_* functions run the successful
+-- case of the lease cycle in groups (`perf::quick`, docs/MECHANISMS.md "Quick
+-- writes") and decline (`quick_declined`) everything else to the ordinary path. A
+-- decline decides nothing: it only sends the write to the ordinary path, which asks
+-- the same verdict. The quick bodies are held to the ordinary path's by
 -- tests/api/quick.rs, byte for byte.
 
 -- The one place a change is applied: the orbit's revision advances by one (its row
@@ -71,6 +76,77 @@ BEGIN
     RETURN v_key;
 END $$;
 
+-- A contributor's role in an orbit, NULL when they are not a member: who may write
+-- in an orbit (`domain::access` words the 403; a quick write declines).
+CREATE OR REPLACE FUNCTION member_role(p_orbit bigint, p_contributor bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT m.role FROM memberships m
+    WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor
+$$;
+
+-- A token's use is recorded at most once a minute: true when it is due (never
+-- recorded, or the last record is a minute old). `domain::auth` records a due use;
+-- a quick write declines while one is due, so the ordinary path records it.
+CREATE OR REPLACE FUNCTION token_use_due(p_last_used timestamptz, p_now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_last_used IS NULL OR p_now - p_last_used >= interval '60 seconds'
+$$;
+
+-- The lease check of a lease-protected write (contract section 8): NULL when
+-- `p_caller` presenting `p_version` may write to task `p_task` at `p_now`, else the
+-- code of the first rule that fails, in the contract's order. The caller holds the
+-- task row's lock (`fence::lock_for`, `quick_task`), and `p_now` was read after it
+-- was granted. `p_path_version` is the version of the lease a path names (renew,
+-- release), NULL otherwise. `p_write` names the write: 'work' (completion, renewal,
+-- the fence check), 'checkpoint', or 'release_or_offer' (release and a new handoff,
+-- which a pending handoff does not fence). A rule for one kind of write goes here,
+-- as a WHEN on `p_write`: both write paths ask this function.
+CREATE OR REPLACE FUNCTION lease_verdict(
+    p_task bigint, p_caller bigint, p_version bigint, p_path_version bigint,
+    p_write text, p_now timestamptz)
+RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN p_version > t.lease_version THEN 'lease_version_not_issued'
+        WHEN p_path_version IS NOT NULL AND p_path_version <> p_version
+            THEN 'stale_lease_version'
+        WHEN t.lease_version <> p_version OR v.id IS NULL THEN 'stale_lease_version'
+        WHEN v.contributor_id <> p_caller THEN 'lease_not_held'
+        WHEN v.end_reason = 'EXPIRED' THEN 'lease_expired'
+        WHEN v.end_reason IS NOT NULL THEN 'lease_released'
+        WHEN v.expires_at <= p_now THEN 'lease_expired'
+        WHEN p_write <> 'release_or_offer' AND EXISTS (
+                SELECT 1 FROM handoffs h
+                WHERE h.task_id = p_task AND h.status = 'PENDING'
+                  AND h.from_contributor = p_caller AND h.expires_at > p_now)
+            THEN 'handed_off'
+    END
+    FROM tasks t
+    LEFT JOIN leases v ON v.task_id = t.id AND v.lease_version = p_version
+    WHERE t.id = p_task
+$$;
+
+-- Whether `p_caller` may acquire task `p_task` at `p_now` (contract section 8): NULL
+-- when they may, else the refusal's code. The caller holds the task row's lock.
+-- Acquiring also ends a run-out open lease and supersedes a pending handoff of
+-- someone else; the ordinary path does both, a quick write declines instead.
+CREATE OR REPLACE FUNCTION acquire_verdict(p_task bigint, p_caller bigint, p_now timestamptz)
+RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN t.status <> 'OPEN' THEN 'task_closed'
+        WHEN EXISTS (
+                SELECT 1 FROM handoffs h
+                WHERE h.task_id = p_task AND h.status = 'PENDING'
+                  AND h.from_contributor = p_caller AND h.expires_at > p_now)
+            THEN 'handed_off'
+        WHEN o.expires_at > p_now AND o.contributor_id = p_caller THEN 'lease_already_held'
+        WHEN o.expires_at > p_now THEN 'lease_conflict'
+    END
+    FROM tasks t
+    LEFT JOIN leases o ON o.task_id = t.id AND o.lease_version = t.lease_version
+                      AND o.end_reason IS NULL
+    WHERE t.id = p_task
+$$;
+
 -- Timestamps as the API writes them (`model::format_ts`): RFC 3339, UTC,
 -- milliseconds (truncated), `Z`.
 CREATE OR REPLACE FUNCTION json_ts(t timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
@@ -115,7 +191,7 @@ BEGIN
     SELECT c.* INTO v_caller
     FROM tokens k JOIN contributors c ON c.id = k.contributor_id
     WHERE k.id = p_token AND k.revoked_at IS NULL
-      AND k.last_used_at > clock_timestamp() - interval '60 seconds';
+      AND NOT token_use_due(k.last_used_at, clock_timestamp());
     IF NOT FOUND THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
@@ -134,8 +210,7 @@ CREATE OR REPLACE FUNCTION quick_task(
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM tasks t
-                   JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = p_caller
-                   WHERE t.id = p_task) THEN
+                   WHERE t.id = p_task AND member_role(t.orbit_id, p_caller) IS NOT NULL) THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
     key_id := claim_key(p_caller, p_scope, p_key, p_fingerprint, p_retention);
@@ -160,7 +235,9 @@ DECLARE
 BEGIN
     SELECT * INTO v_task
     FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
-    IF v_task.status <> 'OPEN'
+    -- The verdict, then what only the ordinary path does: end an open lease that
+    -- ran out, supersede a pending handoff.
+    IF acquire_verdict(p_task, v_caller.id, v_task.now) IS NOT NULL
        OR EXISTS (SELECT 1 FROM leases WHERE task_id = p_task
                   AND lease_version = v_task.lease_version AND end_reason IS NULL)
        OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
@@ -194,11 +271,8 @@ DECLARE
 BEGIN
     SELECT * INTO v_task
     FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
-    IF v_task.lease_version <> p_lease_version
-       OR NOT EXISTS (SELECT 1 FROM leases WHERE task_id = p_task
-                      AND lease_version = p_lease_version AND contributor_id = v_caller.id
-                      AND end_reason IS NULL AND expires_at > v_task.now)
-       OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
+    IF lease_verdict(p_task, v_caller.id, p_lease_version, NULL, 'checkpoint', v_task.now)
+           IS NOT NULL THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
     UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = v_task.now
@@ -243,16 +317,13 @@ BEGIN
     END IF;
     SELECT * INTO v_task
     FROM quick_task(v_caller.id, v_task_id, p_scope, p_key, p_fingerprint, p_retention);
-    IF v_task.lease_version <> p_lease_version THEN
+    IF lease_verdict(v_task_id, v_caller.id, p_lease_version, p_lease_version,
+                     'release_or_offer', v_task.now) IS NOT NULL THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
     UPDATE leases SET released_at = v_task.now, end_reason = 'RELEASED'
-    WHERE id = p_lease AND contributor_id = v_caller.id AND end_reason IS NULL
-      AND expires_at > v_task.now
+    WHERE id = p_lease
     RETURNING * INTO v_lease;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'quick_declined';
-    END IF;
     RETURN ROW(NULL, v_task.orbit_id, 'lease.released', 'lease', p_lease, v_task_id,
         v_caller.id, 'lease v' || p_lease_version || ' released',
         v_task.key_id, 200, json_lease_response(v_lease, v_caller))::quick_effect;

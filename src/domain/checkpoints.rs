@@ -88,7 +88,7 @@ pub fn create(
     }
     claim!(gate, conn, &[task_id]);
     let version = value.lease_version;
-    let (task, held) = fence::guard(conn, task_id, caller.id(), version, None, Guard::Work)?;
+    let (task, held) = fence::guard(conn, task_id, caller.id(), version, None, Guard::Checkpoint)?;
     let mut checkpoint = store::insert_checkpoint(
         conn,
         task_id,

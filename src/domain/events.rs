@@ -4,12 +4,15 @@
 //!
 //! **Fan-out.** Each orbit with subscribers on this instance has one *tail*: a task
 //! that wakes on the change hub ([`ChangeHub`], LISTEN/NOTIFY across instances),
-//! reads the new changes once, renders each as its SSE frame once, and puts the
-//! frames of that read, shared, into every subscriber's bounded queue with
-//! `try_send` (never waiting). A subscriber whose queue is full — it stopped
-//! reading — is dropped: its stream ends
-//! and its client reconnects with `Last-Event-ID`, losing nothing. Writers never
-//! wait for a subscriber, and a waiting subscriber holds only its queue: no database
+//! reads the new changes once, renders them once as one buffer of SSE frames, and
+//! puts that read, shared, into every subscriber's bounded queue with `try_send`
+//! (never waiting). A busy orbit's tail reads at most once per
+//! `ORBIT_STREAM_BATCH_MS` (default 20 ms): the
+//! changes of that moment go out as one batch, which each stream sends as one
+//! chunk (one socket write for the batch, not one per change). A subscriber whose
+//! queue is full — it stopped reading — is dropped: its stream ends and its client
+//! reconnects with `Last-Event-ID`, losing nothing. Writers never wait for a
+//! subscriber, and a waiting subscriber holds only its queue: no database
 //! connection, no blocking thread.
 //!
 //! **No gap, no duplicate.** A subscriber joins its orbit's tail *before* it reads
@@ -40,6 +43,7 @@ use crate::store::changes::{load_page, ChangeOut};
 
 /// Changes per feed read (replay pages and tail reads).
 const PAGE: i64 = 500;
+
 /// How often an idle tail looks for subscribers that went away.
 const TAIL_TICK: Duration = Duration::from_secs(1);
 /// An idle tail reads the feed once per this many ticks even without a wake-up: a
@@ -50,29 +54,64 @@ const SAFETY_READ_TICKS: u32 = 15;
 const RETRY: &[u8] = b"retry: 1000\n\n";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
-/// The frames of one tail read, shared by every subscriber.
-type Batch = Arc<[Frame]>;
-
-/// One change rendered once as its SSE event.
-#[derive(Clone)]
-pub struct Frame {
-    pub revision: i64,
-    pub bytes: Bytes,
+/// The frames of one tail read (or replay page), rendered once into one buffer and
+/// shared by every subscriber: `ends[i]` is where the frame of `revisions[i]` ends
+/// in `bytes`. Revisions ascend by one.
+pub struct Batch {
+    revisions: Vec<i64>,
+    ends: Vec<usize>,
+    bytes: Bytes,
 }
 
-/// `id: <revision>`, `event: <kind>`, `data: <Change JSON, one line>`.
-pub fn render(change: &ChangeOut) -> Frame {
-    // Serializing a ChangeOut cannot fail (strings, numbers, a timestamp); JSON
-    // escapes newlines, so `data` is one line.
-    let json = serde_json::to_string(change).unwrap_or_else(|_| "{}".to_owned());
-    Frame {
-        revision: change.revision,
-        bytes: Bytes::from(format!(
-            "id: {}\nevent: {}\ndata: {json}\n\n",
-            change.revision, change.kind
-        )),
+impl Batch {
+    /// The changes' frames: `id: <revision>`, `event: <kind>`, `data: <Change JSON,
+    /// one line>` each.
+    pub fn render(changes: &[ChangeOut]) -> Batch {
+        use std::io::Write as _;
+        let mut buf = Vec::with_capacity(changes.len() * 320);
+        let mut ends = Vec::with_capacity(changes.len());
+        for change in changes {
+            let _ = write!(
+                buf,
+                "id: {}\nevent: {}\ndata: ",
+                change.revision, change.kind
+            );
+            // Serializing a ChangeOut cannot fail (strings, numbers, a timestamp);
+            // JSON escapes newlines, so `data` is one line.
+            if serde_json::to_writer(&mut buf, change).is_err() {
+                buf.extend_from_slice(b"{}");
+            }
+            buf.extend_from_slice(b"\n\n");
+            ends.push(buf.len());
+        }
+        Batch {
+            revisions: changes.iter().map(|c| c.revision).collect(),
+            ends,
+            bytes: Bytes::from(buf),
+        }
+    }
+
+    pub fn first(&self) -> Option<i64> {
+        self.revisions.first().copied()
+    }
+
+    pub fn last(&self) -> Option<i64> {
+        self.revisions.last().copied()
+    }
+
+    /// The frames after revision `sent`, as one chunk (shared, not copied).
+    pub fn after(&self, sent: i64) -> Option<Bytes> {
+        let skip = self.revisions.partition_point(|r| *r <= sent);
+        if skip == self.revisions.len() {
+            return None;
+        }
+        let start = if skip == 0 { 0 } else { self.ends[skip - 1] };
+        Some(self.bytes.slice(start..))
     }
 }
+
+/// Shared by the subscribers of one tail read.
+type Shared = Arc<Batch>;
 
 /// Where a stream resumes: the `Last-Event-ID` header when present (a browser's
 /// `EventSource` sends it on reconnect, beside the URL's original `after`), else
@@ -113,7 +152,7 @@ pub struct Streams {
 }
 
 struct Tail {
-    subscribers: Mutex<Vec<mpsc::Sender<Batch>>>,
+    subscribers: Mutex<Vec<mpsc::Sender<Shared>>>,
 }
 
 impl Default for Streams {
@@ -143,7 +182,7 @@ impl Streams {
 
     /// Joins `orbit`'s tail, starting one that reads from `from` when the orbit has
     /// none; the queue holds at most `ORBIT_STREAM_BUFFER` tail reads.
-    fn join(self: &Arc<Self>, core: &Core, orbit: i64, from: i64) -> mpsc::Receiver<Batch> {
+    fn join(self: &Arc<Self>, core: &Core, orbit: i64, from: i64) -> mpsc::Receiver<Shared> {
         let (tx, rx) = mpsc::channel(core.config.stream_buffer.max(1) as usize);
         let mut tails = lock(&self.tails);
         if let Some(tail) = tails.get(&orbit) {
@@ -157,6 +196,7 @@ impl Streams {
         // Subscribed before the first read: a change committed after that read
         // wakes the tail.
         let wake = core.hub.subscribe();
+        let gap = Duration::from_millis(core.config.stream_batch_ms);
         tokio::spawn(run_tail(
             self.clone(),
             core.pool.clone(),
@@ -164,6 +204,7 @@ impl Streams {
             from,
             tail,
             wake,
+            gap,
         ));
         rx
     }
@@ -185,7 +226,7 @@ impl Streams {
 
     /// Hands `batch` to every subscriber of `tail`, dropping those whose queue is
     /// full or gone.
-    fn fan_out(&self, tail: &Tail, batch: Batch) {
+    fn fan_out(&self, tail: &Tail, batch: Shared) {
         let mut subscribers = lock(&tail.subscribers);
         subscribers.retain(|s| match s.try_send(batch.clone()) {
             Ok(()) => true,
@@ -199,7 +240,8 @@ impl Streams {
 }
 
 /// One orbit's tail: reads the feed after the last revision it handed out, once
-/// when it starts and once per wake-up, until no subscriber is left.
+/// when it starts and once per wake-up (at most once per `gap`), until no
+/// subscriber is left.
 async fn run_tail(
     streams: Arc<Streams>,
     pool: PgPool,
@@ -207,9 +249,16 @@ async fn run_tail(
     mut last: i64,
     tail: Arc<Tail>,
     mut wake: broadcast::Receiver<i64>,
+    gap: Duration,
 ) {
     use broadcast::error::TryRecvError;
+    let mut last_read: Option<Instant> = None;
     loop {
+        // Let the changes of a busy moment gather: one read, one batch for them.
+        if let Some(at) = last_read {
+            tokio::time::sleep_until(at + gap).await;
+        }
+        last_read = Some(Instant::now());
         // Wake-ups that arrived meanwhile are answered by this read too.
         while !matches!(
             wake.try_recv(),
@@ -227,12 +276,10 @@ async fn run_tail(
                 }
             };
             streams.tail_reads.fetch_add(1, Relaxed);
-            let frames: Batch = rows.iter().map(render).collect();
-            if let Some(f) = frames.last() {
-                last = f.revision;
-            }
-            if !frames.is_empty() {
-                streams.fan_out(&tail, frames);
+            if !rows.is_empty() {
+                let batch = Batch::render(&rows);
+                last = batch.last().unwrap_or(last);
+                streams.fan_out(&tail, Arc::new(batch));
             }
             if (rows.len() as i64) < PAGE || last >= revision {
                 break;
@@ -326,7 +373,7 @@ struct Subscriber {
     orbit: i64,
     /// The last revision sent (or the resume point).
     sent: i64,
-    queue: mpsc::Receiver<Batch>,
+    queue: mpsc::Receiver<Shared>,
     /// Bytes ready to send, in order.
     out: VecDeque<Bytes>,
     /// Still reading the replay from the feed.
@@ -354,35 +401,57 @@ impl Subscriber {
         self.guard.streams.own_reads.fetch_add(1, Relaxed);
         let limit = until.unwrap_or(i64::MAX);
         let full = rows.len() as i64 == PAGE;
-        for c in rows.iter().filter(|c| c.revision <= limit) {
-            self.out.push_back(render(c).bytes);
-            self.sent = c.revision;
+        let upto = rows.partition_point(|c| c.revision <= limit);
+        let batch = Batch::render(&rows[..upto]);
+        if let (Some(bytes), Some(last)) = (batch.after(self.sent), batch.last()) {
+            self.out.push_back(bytes);
+            self.sent = last;
         }
         Ok(!full || self.sent >= revision.min(limit))
     }
 
-    /// A frame from the tail: sent if it is the next revision, skipped if sent
-    /// already; a hole before it is read from the feed first.
-    async fn accept(&mut self, frame: &Frame) {
-        if frame.revision <= self.sent {
+    /// A batch from the tail: its frames after the last revision sent, as one
+    /// chunk; a hole before it is read from the feed first.
+    async fn accept(&mut self, batch: &Batch) {
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            return;
+        };
+        if last <= self.sent {
             return;
         }
-        while frame.revision > self.sent + 1 {
+        while first > self.sent + 1 {
             let before = self.sent;
-            match self.read_page(Some(frame.revision - 1)).await {
+            match self.read_page(Some(first - 1)).await {
                 Ok(_) if self.sent > before => {}
                 // The feed cannot fill the hole now: end, the client resumes.
                 _ => return self.end(),
             }
         }
-        self.out.push_back(frame.bytes.clone());
-        self.sent = frame.revision;
+        if let Some(bytes) = batch.after(self.sent) {
+            self.out.push_back(bytes);
+            self.sent = last;
+        }
+    }
+
+    /// Everything ready to send, as one chunk.
+    fn take_out(&mut self) -> Option<Bytes> {
+        match self.out.len() {
+            0 => None,
+            1 => self.out.pop_front(),
+            _ => {
+                let mut all = actix_web::web::BytesMut::new();
+                for b in self.out.drain(..) {
+                    all.extend_from_slice(&b);
+                }
+                Some(all.freeze())
+            }
+        }
     }
 }
 
 async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscriber)> {
     loop {
-        if let Some(b) = s.out.pop_front() {
+        if let Some(b) = s.take_out() {
             return Some((Ok(b), s));
         }
         if s.done {
@@ -408,9 +477,12 @@ async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscribe
             None => s.end(),
             Some(Err(_)) => s.out.push_back(Bytes::from_static(KEEP_ALIVE)),
             Some(Ok(Some(batch))) => {
-                for frame in batch.iter() {
-                    if !s.done {
-                        s.accept(frame).await;
+                s.accept(&batch).await;
+                // Batches that queued meanwhile go out in the same chunk.
+                while !s.done {
+                    match s.queue.try_recv() {
+                        Ok(more) => s.accept(&more).await,
+                        Err(_) => break,
                     }
                 }
             }
@@ -424,11 +496,39 @@ async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscribe
 mod tests {
     use super::*;
 
-    fn batch(revision: i64) -> Batch {
-        Arc::from(vec![Frame {
+    fn change(revision: i64) -> ChangeOut {
+        ChangeOut {
             revision,
-            bytes: Bytes::from_static(b"x"),
-        }])
+            kind: "task.created".into(),
+            entity_type: "task".into(),
+            entity_id: revision,
+            task_id: None,
+            contributor: crate::model::ContributorActor {
+                id: 1,
+                kind: "agent".into(),
+                name: "a".into(),
+                model_claim: None,
+            },
+            created_at: chrono::Utc::now(),
+            summary: "s".into(),
+        }
+    }
+
+    fn batch(revision: i64) -> Shared {
+        Arc::new(Batch::render(&[change(revision)]))
+    }
+
+    /// A batch is sent from the first revision not sent yet, frames whole.
+    #[test]
+    fn a_batch_is_sliced_after_the_last_revision_sent() {
+        let b = Batch::render(&[change(4), change(5), change(6)]);
+        let all = String::from_utf8(b.after(3).unwrap().to_vec()).unwrap();
+        assert!(all.starts_with("id: 4\nevent: task.created\ndata: {"));
+        assert_eq!(all.matches("\n\n").count(), 3);
+        let tail = String::from_utf8(b.after(5).unwrap().to_vec()).unwrap();
+        assert!(tail.starts_with("id: 6\n") && tail.ends_with("}\n\n"));
+        assert_eq!(tail.matches("id: ").count(), 1);
+        assert!(b.after(6).is_none());
     }
 
     /// A subscriber whose queue is full is dropped at once; the others keep theirs.
@@ -441,11 +541,11 @@ mod tests {
             subscribers: Mutex::new(vec![slow, fast]),
         };
         streams.fan_out(&tail, batch(2));
-        assert_eq!(fast_rx.try_recv().map(|b| b[0].revision).ok(), Some(2));
+        assert_eq!(fast_rx.try_recv().ok().and_then(|b| b.first()), Some(2));
         streams.fan_out(&tail, batch(3));
         assert_eq!(streams.dropped.load(Relaxed), 1);
         assert_eq!(lock(&tail.subscribers).len(), 1);
-        assert_eq!(fast_rx.try_recv().map(|b| b[0].revision).ok(), Some(3));
+        assert_eq!(fast_rx.try_recv().ok().and_then(|b| b.first()), Some(3));
     }
 
     #[test]

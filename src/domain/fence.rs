@@ -1,14 +1,19 @@
 //! The fence: the one lease check every lease-protected write calls.
 //!
-//! `lock` (or `lock_for`, for a write presenting a lease) takes the task row's lock
-//! and then, in one statement, reads the database clock with the task's open lease,
-//! the presented lease and the PENDING handoff, so a lock wait can never make a
-//! decision in the past. `check` then decides, in the order
-//! of the contract (section 8), the first failing rule:
-//! 1. `stale_lease_version` — the task's current version is not the request's;
-//! 2. `lease_not_held` — that lease is someone else's;
-//! 3. `lease_released` / `lease_expired` — it has ended or run out;
-//! 4. `handed_off` — the caller has a PENDING handoff on the task (checkpoint,
+//! `lock` (or `lock_for`, for a write presenting a lease, `lock_to_acquire` for an
+//! acquire) takes the task row's lock and then, in one statement, reads the
+//! database clock with the task's open lease, the presented lease and the PENDING
+//! handoff, and asks the lease decision of the database: `lease_verdict` or
+//! `acquire_verdict` (src/db/functions.sql), the one definition both write paths
+//! execute (the quick writes ask the same functions). A lock wait can never make a
+//! decision in the past. `check` and `admit` only word the refusal the verdict
+//! names, from what the statement read. The rules, in the contract's order
+//! (section 8):
+//! 1. `lease_version_not_issued` — the request names a version never issued;
+//! 2. `stale_lease_version` — the task's current version is not the request's;
+//! 3. `lease_not_held` — that lease is someone else's;
+//! 4. `lease_released` / `lease_expired` — it has ended or run out;
+//! 5. `handed_off` — the caller has a PENDING handoff on the task (checkpoint,
 //!    completion, renewal and the fence check only).
 //!
 //! Lock order everywhere: task row, then handoffs, then leases, then the orbit's
@@ -43,6 +48,10 @@ pub struct LockedTask {
     /// Who the lock was taken for, and the lease they presented (`lock_for`).
     caller: Option<i64>,
     presented: Option<PresentedLease>,
+    /// The decision the lock statement asked for, and the database's answer: the
+    /// code of the refusal, `None` when the write may go on.
+    asked: Ask,
+    verdict: Option<String>,
 }
 
 impl LockedTask {
@@ -76,7 +85,6 @@ pub struct PendingHandoff {
 #[derive(Debug, Clone)]
 struct PresentedLease {
     id: i64,
-    contributor_id: i64,
     end_reason: Option<String>,
     expires_at: DateTime<Utc>,
 }
@@ -125,8 +133,6 @@ struct AfterLock {
     o_expires: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<BigInt>)]
     v_id: Option<i64>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    v_contributor: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
     v_end_reason: Option<String>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
@@ -141,6 +147,25 @@ struct AfterLock {
     h_expires: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<BigInt>)]
     c_contributor: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    verdict: Option<String>,
+}
+
+/// Which lease decision a lock statement asks the database for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    Nothing,
+    /// `lease_verdict`: `caller` presents `version` for a write of kind `guard`.
+    Lease {
+        caller: i64,
+        version: i64,
+        path_version: Option<i64>,
+        guard: Guard,
+    },
+    /// `acquire_verdict`: may `caller` acquire the task.
+    Acquire {
+        caller: i64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -153,11 +178,12 @@ pub enum LockMode {
 
 /// Locks the task row (404 when it does not exist) and reads the clock after it.
 pub fn lock(conn: &mut PgConnection, task_id: i64, mode: LockMode) -> TxResult<LockedTask> {
-    lock_inner(conn, task_id, mode, None, None)
+    lock_inner(conn, task_id, mode, Ask::Nothing)
 }
 
-/// `lock` for a lease-protected write: also reads the lease of `lease_version`, so
-/// `check` needs no statement of its own.
+/// `lock` for the fence check (`Guard::Work`, no lease in the path): also reads the
+/// lease of `lease_version` and the verdict on it, so `check` needs no statement of
+/// its own.
 pub fn lock_for(
     conn: &mut PgConnection,
     task_id: i64,
@@ -165,7 +191,19 @@ pub fn lock_for(
     caller: i64,
     lease_version: i64,
 ) -> TxResult<LockedTask> {
-    lock_inner(conn, task_id, mode, Some(caller), Some(lease_version))
+    let ask = Ask::Lease {
+        caller,
+        version: lease_version,
+        path_version: None,
+        guard: Guard::Work,
+    };
+    lock_inner(conn, task_id, mode, ask)
+}
+
+/// `lock` (for update) for an acquire: also asks `acquire_verdict`, which `admit`
+/// words.
+pub fn lock_to_acquire(conn: &mut PgConnection, task_id: i64, caller: i64) -> TxResult<LockedTask> {
+    lock_inner(conn, task_id, LockMode::Update, Ask::Acquire { caller })
 }
 
 /// The whole fence of a lease-protected write: locks the task for `caller`, then
@@ -179,14 +217,14 @@ pub fn guard(
     path_version: Option<i64>,
     guard: Guard,
 ) -> TxResult<(LockedTask, Held)> {
-    let task = lock_for(conn, task_id, LockMode::Update, caller, lease_version)?;
-    if lease_version > task.lease_version {
-        return Err(not_issued(&task, lease_version).into());
-    }
-    if path_version.is_some_and(|p| p != lease_version) {
-        return Err(stale(&task).into());
-    }
-    let held = check(&task, caller, lease_version, guard)?;
+    let ask = Ask::Lease {
+        caller,
+        version: lease_version,
+        path_version,
+        guard,
+    };
+    let task = lock_inner(conn, task_id, LockMode::Update, ask)?;
+    let held = verdict(&task, ask)?;
     Ok((task, held))
 }
 
@@ -194,9 +232,25 @@ fn lock_inner(
     conn: &mut PgConnection,
     task_id: i64,
     mode: LockMode,
-    caller: Option<i64>,
-    lease_version: Option<i64>,
+    ask: Ask,
 ) -> TxResult<LockedTask> {
+    let (caller, lease_version) = match ask {
+        Ask::Nothing => (None, None),
+        Ask::Lease {
+            caller, version, ..
+        } => (Some(caller), Some(version)),
+        Ask::Acquire { caller } => (Some(caller), None),
+    };
+    // `$4`: 0 asks nothing, 1 `lease_verdict`, 2 `acquire_verdict`.
+    let (which, path_version, write) = match ask {
+        Ask::Nothing => (0i16, None, ""),
+        Ask::Lease {
+            path_version,
+            guard,
+            ..
+        } => (1, path_version, guard.as_sql()),
+        Ask::Acquire { .. } => (2, None, ""),
+    };
     let statement = match mode {
         LockMode::Update => {
             "SELECT id, orbit_id, status, lease_version FROM tasks WHERE id = $1 FOR UPDATE"
@@ -223,12 +277,14 @@ fn lock_inner(
          SELECT clock.now, \
                 o.id AS o_id, o.contributor_id AS o_contributor, \
                 o.lease_version AS o_version, o.expires_at AS o_expires, \
-                v.id AS v_id, v.contributor_id AS v_contributor, \
+                v.id AS v_id, \
                 v.end_reason AS v_end_reason, v.expires_at AS v_expires, \
                 h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
                 h.expires_at AS h_expires, \
                 (SELECT c.contributor_id FROM leases c \
-                  WHERE c.task_id = $1 AND c.lease_version = $3) AS c_contributor \
+                  WHERE c.task_id = $1 AND c.lease_version = $3) AS c_contributor, \
+                CASE $4 WHEN 1 THEN lease_verdict($1, $5, $2, $6, $7, clock.now) \
+                        WHEN 2 THEN acquire_verdict($1, $5, clock.now) END AS verdict \
          FROM clock \
          LEFT JOIN leases o ON o.task_id = $1 AND o.lease_version = $3 \
                            AND o.end_reason IS NULL \
@@ -238,6 +294,10 @@ fn lock_inner(
     .bind::<BigInt, _>(task_id)
     .bind::<Nullable<BigInt>, _>(lease_version)
     .bind::<BigInt, _>(row.lease_version)
+    .bind::<diesel::sql_types::SmallInt, _>(which)
+    .bind::<Nullable<BigInt>, _>(caller)
+    .bind::<Nullable<BigInt>, _>(path_version)
+    .bind::<Text, _>(write)
     .get_result(conn)?;
     let open_lease = match (
         after.o_id,
@@ -255,10 +315,9 @@ fn lock_inner(
         }
         _ => None,
     };
-    let presented = match (after.v_id, after.v_contributor, after.v_expires) {
-        (Some(id), Some(contributor_id), Some(expires_at)) => Some(PresentedLease {
+    let presented = match (after.v_id, after.v_expires) {
+        (Some(id), Some(expires_at)) => Some(PresentedLease {
             id,
-            contributor_id,
             end_reason: after.v_end_reason,
             expires_at,
         }),
@@ -284,16 +343,32 @@ fn lock_inner(
         current_holder: after.c_contributor,
         caller,
         presented,
+        asked: ask,
+        verdict: after.verdict,
     })
 }
 
-/// Which writes rule 4 (`handed_off`) applies to.
+/// Which kind of lease-protected write asks (`lease_verdict`'s `p_write`): rule 5
+/// (`handed_off`) fences all but `ReleaseOrOffer`, and a rule of one kind of write
+/// is a `WHEN` on its name there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guard {
-    /// Checkpoint, completion, renewal, the fence check: a pending handoff fences.
+    /// Completion, renewal, the fence check: a pending handoff fences.
     Work,
+    /// A checkpoint: fenced like `Work`.
+    Checkpoint,
     /// Release and a new offer: allowed while a handoff is pending.
     ReleaseOrOffer,
+}
+
+impl Guard {
+    fn as_sql(self) -> &'static str {
+        match self {
+            Guard::Work => "work",
+            Guard::Checkpoint => "checkpoint",
+            Guard::ReleaseOrOffer => "release_or_offer",
+        }
+    }
 }
 
 /// The lease a passing check vouches for.
@@ -335,56 +410,120 @@ pub fn not_issued(task: &LockedTask, lease_version: i64) -> ApiError {
     .with_details(json!({ "current_lease_version": task.lease_version }))
 }
 
-/// Runs the lease checks for `caller` presenting `lease_version` on a task locked
-/// with `lock_for(caller, lease_version)`. Reads nothing: `lock_for` did.
+/// Words the verdict of `lock_for(caller, lease_version)` (the fence check, a
+/// `Guard::Work`): the lease it vouches for, or the refusal. Reads nothing.
 pub fn check(task: &LockedTask, caller: i64, lease_version: i64, guard: Guard) -> TxResult<Held> {
-    if task.caller != Some(caller) {
-        tracing::error!(
-            task = task.id,
-            "fence check on a task not locked for this caller"
-        );
-        return Err(ApiError::internal().into());
-    }
-    if lease_version > task.lease_version {
-        return Err(not_issued(task, lease_version).into());
-    }
-    if task.lease_version != lease_version {
-        return Err(stale(task).into());
-    }
-    let Some(lease) = &task.presented else {
-        return Err(stale(task).into());
+    let ask = Ask::Lease {
+        caller,
+        version: lease_version,
+        path_version: None,
+        guard,
     };
-    if lease.contributor_id != caller {
-        return Err(ApiError::conflict(
+    verdict(task, ask)
+}
+
+/// The lease a passing verdict vouches for, or the refusal it names, worded with
+/// what the lock statement read. `ask` must be what the statement asked.
+fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
+    let Ask::Lease {
+        caller, version, ..
+    } = ask
+    else {
+        return Err(not_asked(task));
+    };
+    if task.asked != ask {
+        return Err(not_asked(task));
+    }
+    let presented = task.presented.as_ref();
+    match (task.verdict.as_deref(), presented) {
+        (None, Some(lease)) => Ok(Held {
+            lease_id: lease.id,
+            lease_version: version,
+            expires_at: lease.expires_at,
+        }),
+        (Some("lease_version_not_issued"), _) => Err(not_issued(task, version).into()),
+        (Some("stale_lease_version"), _) => Err(stale(task).into()),
+        (Some("lease_not_held"), _) => Err(ApiError::conflict(
             "lease_not_held",
             "This lease belongs to someone else. Stop writing and report.",
         )
         .with_details(json!({ "current_lease_version": task.lease_version }))
-        .into());
+        .into()),
+        (Some("lease_expired"), Some(lease)) => Err(expired(&lease.expires_at).into()),
+        (Some("lease_released"), Some(lease)) => Err(ApiError::conflict(
+            "lease_released",
+            "This lease has ended. Stop writing and report.",
+        )
+        .with_details(json!({ "end_reason": lease.end_reason }))
+        .into()),
+        (Some("handed_off"), _) => match task.pending_from(caller) {
+            Some(h) => Err(handed_off(h.id, h.to_contributor).into()),
+            None => Err(unworded(task)),
+        },
+        _ => Err(unworded(task)),
     }
-    match lease.end_reason.as_deref() {
-        Some("EXPIRED") => return Err(expired(&lease.expires_at).into()),
-        Some(reason) => {
-            return Err(ApiError::conflict(
-                "lease_released",
-                "This lease has ended. Stop writing and report.",
+}
+
+/// Words the verdict of `lock_to_acquire(caller)`: `Ok` when the caller may
+/// acquire (the caller still ends a run-out open lease and supersedes a pending
+/// handoff), else the refusal.
+pub fn admit(task: &LockedTask, caller: i64) -> TxResult<()> {
+    if task.asked != (Ask::Acquire { caller }) {
+        return Err(not_asked(task));
+    }
+    match task.verdict.as_deref() {
+        None => Ok(()),
+        Some("task_closed") => Err(task_closed(&task.status).into()),
+        Some("handed_off") => match task.pending_from(caller) {
+            Some(h) => Err(handed_off(h.id, h.to_contributor).into()),
+            None => Err(unworded(task)),
+        },
+        Some("lease_already_held") => match &task.open_lease {
+            Some(open) => Err(ApiError::conflict(
+                "lease_already_held",
+                "You already hold the active lease on this task: renew it instead.",
             )
-            .with_details(json!({ "end_reason": reason }))
-            .into())
-        }
-        None if lease.expires_at <= task.now => return Err(expired(&lease.expires_at).into()),
-        None => {}
+            .with_details(json!({ "lease_id": open.id }))
+            .into()),
+            None => Err(unworded(task)),
+        },
+        Some("lease_conflict") => match &task.open_lease {
+            Some(open) => Err(lease_conflict(&open.expires_at).into()),
+            None => Err(unworded(task)),
+        },
+        Some(_) => Err(unworded(task)),
     }
-    if guard == Guard::Work {
-        if let Some(h) = task.pending_from(caller) {
-            return Err(handed_off(h.id, h.to_contributor).into());
-        }
-    }
-    Ok(Held {
-        lease_id: lease.id,
-        lease_version,
-        expires_at: lease.expires_at,
-    })
+}
+
+/// A verdict read for another question than the one worded: a bug.
+fn not_asked(task: &LockedTask) -> crate::db::TxError {
+    tracing::error!(task = task.id, asked = ?task.asked, "fence verdict asked for something else");
+    ApiError::internal().into()
+}
+
+/// A verdict this module cannot word (or one its reads contradict): a bug.
+fn unworded(task: &LockedTask) -> crate::db::TxError {
+    tracing::error!(task = task.id, verdict = ?task.verdict, "fence verdict not worded");
+    ApiError::internal().into()
+}
+
+/// 409 `task_closed`: the task is COMPLETED or CANCELLED.
+pub fn task_closed(status: &str) -> ApiError {
+    ApiError::conflict(
+        "task_closed",
+        "This task is closed (COMPLETED or CANCELLED). Stop and report; choose other work.",
+    )
+    .with_details(json!({ "status": status }))
+}
+
+/// 409 `lease_conflict`: someone else holds the task's active lease.
+pub fn lease_conflict(expires_at: &DateTime<Utc>) -> ApiError {
+    ApiError::conflict(
+        "lease_conflict",
+        "Someone else holds an active lease on this task. Choose other work, or try again \
+         after details.expires_at.",
+    )
+    .with_details(json!({ "expires_at": format_ts(expires_at) }))
 }
 
 fn expired(at: &DateTime<Utc>) -> ApiError {

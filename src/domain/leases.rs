@@ -4,7 +4,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use utoipa::ToSchema;
 
 use crate::config::Config;
@@ -14,7 +13,7 @@ use crate::domain::auth::{Bearer, Caller};
 use crate::domain::fence::{self, Guard, LockMode};
 use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::revision::Change;
-use crate::domain::tasks::{task_closed, task_member};
+use crate::domain::tasks::task_member;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
@@ -74,26 +73,11 @@ pub fn acquire(
     let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
     let seconds = duration(min, body?.duration_seconds)?;
     claim!(gate, conn, &[task_id]);
-    let task = fence::lock(conn, task_id, LockMode::Update)?;
-    if !task.is_open() {
-        return Err(task_closed(&task.status).into());
-    }
-    if let Some(h) = task.pending_from(caller.id()) {
-        return Err(fence::handed_off(h.id, h.to_contributor).into());
-    }
+    let task = fence::lock_to_acquire(conn, task_id, caller.id())?;
+    fence::admit(&task, caller.id())?;
     let mut summary = String::new();
     if let Some(open) = &task.open_lease {
-        if open.expires_at > task.now {
-            if open.contributor_id == caller.id() {
-                return Err(ApiError::conflict(
-                    "lease_already_held",
-                    "You already hold the active lease on this task: renew it instead.",
-                )
-                .with_details(json!({ "lease_id": open.id }))
-                .into());
-            }
-            return Err(lease_conflict(&open.expires_at).into());
-        }
+        // Admitted with an open lease: it has run out.
         store::end_lease(conn, open.id, task.now, "EXPIRED")?;
         summary.push_str(&format!("; lease v{} expired", open.lease_version));
     }
@@ -123,15 +107,6 @@ pub fn acquire(
         },
     )?);
     Reply::created(&out, orbit_id)
-}
-
-pub fn lease_conflict(expires_at: &DateTime<Utc>) -> ApiError {
-    ApiError::conflict(
-        "lease_conflict",
-        "Someone else holds an active lease on this task. Choose other work, or try again \
-         after details.expires_at.",
-    )
-    .with_details(json!({ "expires_at": crate::model::format_ts(expires_at) }))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::db::{self, TxResult};
 use crate::domain::access;
 use crate::domain::auth::{Bearer, Caller};
-use crate::domain::fence::{self, Guard, LockMode};
+use crate::domain::fence::{self, task_closed, Guard, LockMode};
 use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_list, public_read, Reply};
@@ -408,13 +408,4 @@ fn closed(
     let by = gate.contributor_id();
     task.orbit_revision = Some(gate.record(orbit_id, by, change)?);
     Reply::ok(&task, orbit_id)
-}
-
-/// 409 `task_closed`: the task is COMPLETED or CANCELLED.
-pub fn task_closed(status: &str) -> ApiError {
-    ApiError::conflict(
-        "task_closed",
-        "This task is closed (COMPLETED or CANCELLED). Stop and report; choose other work.",
-    )
-    .with_details(serde_json::json!({ "status": status }))
 }

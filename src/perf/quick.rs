@@ -4,24 +4,25 @@
 //! is about nine round trips to the database (BEGIN, token, membership, key claim,
 //! task lock, the read after it, the effect, the closing statement with COMMIT, the
 //! revision), and on a small machine the context switches of those round trips are
-//! most of a write's CPU. For these three writes, `api::write_quick` first runs a
-//! database function (migrations `2026-11-30-000006_one_statement_lease_writes` and
-//! `2026-11-30-000007_grouped_quick_writes`) that does the same statements, in the
-//! same lock order, as part of one statement, and returns the response body with the
-//! revision it took. The writes of one orbit that queue in this instance while a
-//! group runs go together in the next group ([`QuickQueue`]): one statement, one
-//! commit, one hold of the orbit's row lock for all of them.
+//! most of a write's CPU. For these three writes, `domain::write::run` first runs a
+//! database function (`quick_*` in src/db/functions.sql) that does the same
+//! statements, in the same lock order, as part of one statement, and returns the
+//! response body with the revision it took. The writes of one orbit that queue in
+//! this instance while a group runs go together in the next group ([`QuickQueue`]):
+//! one statement, one commit, one hold of the orbit's row lock for all of them.
 //!
-//! The functions only ever do the successful case. Whenever anything else might
-//! apply (a key seen before, a lease that is not the caller's current active one, an
-//! open lease to end, a pending handoff, a token whose use is due to be recorded, a
-//! token this instance has not verified yet, artifacts to check...) the function
-//! raises `quick_declined`, its subtransaction rolls back having changed nothing,
-//! and once the group has committed the write runs through the ordinary path, which
-//! decides and words every refusal: the fence module (`src/domain/fence.rs`) stays the one
-//! owner of the lease checks. The integration tests compare each quick response,
-//! byte for byte, with the ordinary read of what it wrote, and count on `/metrics`
-//! that the quick path ran and how the writes were grouped.
+//! The functions decide nothing of their own. They ask the same database functions
+//! as the ordinary path: `lease_verdict` and `acquire_verdict` (the lease decision,
+//! which `domain::fence` words), `member_role`, `token_use_due` and `claim_key`.
+//! When the verdict is not a plain yes, or anything else might apply (a key seen
+//! before, an open lease to end, a pending handoff to supersede, a token whose use
+//! is due to be recorded, a token this instance has not verified yet, artifacts to
+//! check...) the function raises `quick_declined`, its subtransaction rolls back
+//! having changed nothing, and once the group has committed the write runs through
+//! the ordinary path, which asks the same verdict and words the refusal. The
+//! integration tests compare each quick response, byte for byte, with the ordinary
+//! read of what it wrote, and count on `/metrics` that the quick path ran and how
+//! the writes were grouped.
 
 use std::sync::Arc;
 

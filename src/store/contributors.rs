@@ -191,7 +191,8 @@ pub type TokenWithMemberships = (TokenRow, Vec<MembershipSummary>);
 // to sort).
 macro_rules! me_columns {
     () => {
-        "t.id, t.secret_hash, t.last_used_at, t.revoked_at, clock_timestamp() AS now, \
+        "t.id, t.secret_hash, token_use_due(t.last_used_at, clock_timestamp()) AS use_due, \
+         t.revoked_at, clock_timestamp() AS now, \
          c.id AS contributor_id, c.type AS kind, c.name, c.model_claim, m.orbit_id, m.slug, \
          m.orbit_name, m.role, m.created_at"
     };
@@ -214,8 +215,8 @@ struct MeRow {
     id: i64,
     #[diesel(sql_type = diesel::sql_types::Text)]
     secret_hash: String,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
-    last_used_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    use_due: bool,
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
     revoked_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
@@ -253,7 +254,7 @@ fn assemble_mes(rows: Vec<MeRow>, n: usize) -> Vec<Option<TokenWithMemberships>>
                 TokenRow {
                     id: r.id,
                     secret_hash: r.secret_hash,
-                    last_used_at: r.last_used_at,
+                    use_due: r.use_due,
                     revoked_at: r.revoked_at,
                     now: r.now,
                     contributor: (r.contributor_id, r.kind, r.name, r.model_claim),
@@ -328,13 +329,14 @@ pub fn tokens_with_memberships(
     Ok(assemble_mes(rows, ids.len()))
 }
 
-/// The columns every authenticating query reads: the token, the database clock and
+/// The columns every authenticating query reads: the token, whether its use is due
+/// to be recorded (`token_use_due`, src/db/functions.sql), the database clock and
 /// the token's contributor as `(id, kind, name, model_claim)`.
 #[derive(Queryable)]
 pub struct TokenRow {
     pub id: i64,
     pub secret_hash: String,
-    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub use_due: bool,
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
     pub now: chrono::DateTime<chrono::Utc>,
     pub contributor: (i64, String, String, Option<String>),

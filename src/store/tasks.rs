@@ -462,9 +462,7 @@ pub fn task_orbit_role(
         role: Option<String>,
     }
     crate::db::sql(
-        "SELECT t.orbit_id, m.role FROM tasks t \
-         LEFT JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = $2 \
-         WHERE t.id = $1",
+        "SELECT t.orbit_id, member_role(t.orbit_id, $2) AS role FROM tasks t WHERE t.id = $1",
     )
     .bind::<BigInt, _>(task_id)
     .bind::<BigInt, _>(contributor_id)
@@ -495,10 +493,8 @@ pub fn lease_orbit_role(
     contributor_id: i64,
 ) -> QueryResult<Option<LeaseRef>> {
     crate::db::sql(
-        "SELECT l.task_id, l.lease_version, t.orbit_id, m.role FROM leases l \
-         JOIN tasks t ON t.id = l.task_id \
-         LEFT JOIN memberships m ON m.orbit_id = t.orbit_id AND m.contributor_id = $2 \
-         WHERE l.id = $1",
+        "SELECT l.task_id, l.lease_version, t.orbit_id, member_role(t.orbit_id, $2) AS role \
+         FROM leases l JOIN tasks t ON t.id = l.task_id WHERE l.id = $1",
     )
     .bind::<BigInt, _>(lease_id)
     .bind::<BigInt, _>(contributor_id)

@@ -42,6 +42,15 @@ diesel::define_sql_function! {
     fn clock_timestamp() -> diesel::sql_types::Timestamptz;
 }
 
+diesel::define_sql_function! {
+    /// Whether a token's use is due to be recorded (src/db/functions.sql): the one
+    /// definition of the last-used interval, which the quick writes read too.
+    fn token_use_due(
+        last_used: diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>,
+        now: diesel::sql_types::Timestamptz,
+    ) -> diesel::sql_types::Bool;
+}
+
 /// How long a verified token stays cached without a request. A hit needs the exact
 /// token (the key is an HMAC of all of it) and revocation is read on every request,
 /// so the length only trades memory for argon2 runs: an agent that calls every few
@@ -52,8 +61,6 @@ const CACHE_MAX_ENTRIES: usize = 100_000;
 /// Failed verifications of one lookup allowed per window on an instance.
 pub const FAILURES_PER_LOOKUP: u32 = 5;
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
-/// `last_used_at` is written at most this often per token.
-const LAST_USED_GRANULARITY_SECS: i64 = 60;
 
 pub type CacheKey = [u8; 32];
 
@@ -246,7 +253,7 @@ fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option
     let columns = (
         tokens::id,
         tokens::secret_hash,
-        tokens::last_used_at,
+        token_use_due(tokens::last_used_at, clock_timestamp()),
         tokens::revoked_at,
         clock_timestamp(),
         (
@@ -407,10 +414,7 @@ fn admit(
     // use is verified with argon2 once per process (revocation is read from the
     // database on every request anyway).
     cache.put(key, row.id);
-    let stale = row
-        .last_used_at
-        .is_none_or(|t| (row.now - t).num_seconds() >= LAST_USED_GRANULARITY_SECS);
-    if stale {
+    if row.use_due {
         // Never wait for this bookkeeping: another request of the same token may
         // hold the row; it records the use then.
         crate::db::sql(
