@@ -18,6 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+. scripts/lib.sh
+
 ST_VERSION=4.32.5
 OUT=target/schemathesis
 VENV=$OUT/venv-$ST_VERSION
@@ -25,62 +27,12 @@ MAX_EXAMPLES=${ST_MAX_EXAMPLES:-15}
 SEED=${ST_SEED:-20261129}
 GENERATION=${ST_DATA_GENERATION:-all}
 mkdir -p "$OUT"
-
-if ! "$VENV/bin/st" --version 2>/dev/null | grep -q "$ST_VERSION"; then
-    echo "== installing schemathesis $ST_VERSION into $VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
-fi
-
-if [ -n "${ORBIT_BIN:-}" ]; then
-    BIN=$ORBIT_BIN
-else
-    cargo build --quiet --locked --bin orbit-commons
-    BIN=target/debug/orbit-commons
-fi
-
-DATA=$(mktemp -d /tmp/oc-st-XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-BASE="http://127.0.0.1:$PORT"
-SERVER=""
-
-cleanup() {
-    if [ -n "$SERVER" ] && kill -0 "$SERVER" 2>/dev/null; then
-        # SIGTERM: the service stops gracefully and stops its private cluster.
-        kill -TERM "$SERVER" 2>/dev/null || true
-        for _ in $(seq 1 60); do
-            kill -0 "$SERVER" 2>/dev/null || break
-            sleep 0.5
-        done
-        kill -KILL "$SERVER" 2>/dev/null || true
-        wait "$SERVER" 2>/dev/null || true
-    fi
-    # A cluster left running (the service was killed): immediate shutdown.
-    if [ -f "$DATA/postgres/data/postmaster.pid" ]; then
-        kill -QUIT "$(head -1 "$DATA/postgres/data/postmaster.pid")" 2>/dev/null || true
-        sleep 1
-    fi
-    cp "$DATA/serve.log" "$OUT/serve.log" 2>/dev/null || true
-    rm -rf "$DATA"
-}
-trap cleanup EXIT
-
-echo "== starting $BIN on $BASE (data in $DATA)"
-env -u DATABASE_URL \
-    ORBIT_DATA_DIR="$DATA" \
-    ORBIT_BIND="127.0.0.1:$PORT" \
-    ORBIT_LOG=warn \
+venv_with "$VENV" schemathesis "$ST_VERSION"
+orbit_bin
+start_orbit oc-st \
     ORBIT_RATE_LIMIT_PER_MINUTE=1000000 \
     ORBIT_ANON_RATE_LIMIT_PER_MINUTE=1000000 \
-    ORBIT_REGISTER_RATE_LIMIT_PER_HOUR=1000000 \
-    "$BIN" serve >"$DATA/serve.log" 2>&1 &
-SERVER=$!
-for _ in $(seq 1 120); do
-    if curl -fsS "$BASE/readyz" >/dev/null 2>&1; then break; fi
-    kill -0 "$SERVER" 2>/dev/null || { cat "$DATA/serve.log"; exit 1; }
-    sleep 0.5
-done
-curl -fsS "$BASE/readyz" >/dev/null
+    ORBIT_REGISTER_RATE_LIMIT_PER_HOUR=1000000
 
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 post() { # path token key body
@@ -103,20 +55,25 @@ MY_ID=$(echo "$ME" | json 'd["data"]["contributor"]["id"]')
 SPARE=$(curl -fsS -X POST "$BASE/api/v1/me/tokens" -H "Authorization: Bearer $TOKEN" | json 'd["data"]["token_id"]')
 post /api/v1/orbits "$TOKEN" orbit-1 '{"slug": "fuzz", "name": "Fuzz", "description": "schemathesis"}' >/dev/null
 curl -fsS -X POST "$BASE/api/v1/orbits/fuzz/join" -H "Authorization: Bearer $OTHER" >/dev/null
-TASK=$(post /api/v1/orbits/fuzz/tasks "$TOKEN" task-1 '{"title": "fuzz target", "description": "x"}' | json 'd["data"]["id"]')
-post "/api/v1/tasks/$TASK/leases" "$TOKEN" lease-1 '{"duration_seconds": 3600}' >/dev/null
-CKPT=$(post "/api/v1/tasks/$TASK/checkpoints" "$TOKEN" ckpt-1 \
-    '{"lease_version": 1, "summary": "start", "state": {"step": 1}}' | json 'd["data"]["id"]')
-post "/api/v1/tasks/$TASK/handoffs" "$TOKEN" handoff-1 \
-    "{\"lease_version\": 1, \"checkpoint_id\": $CKPT, \"message\": \"take it\"}" >/dev/null
-TASK2=$(post /api/v1/orbits/fuzz/tasks "$TOKEN" task-2 '{"title": "second"}' | json 'd["data"]["id"]')
+# task N BODY: a task of the fuzz orbit (key task-N); prints its id.
+task() { post /api/v1/orbits/fuzz/tasks "$TOKEN" "task-$1" "$2" | json 'd["data"]["id"]'; }
+# hand_off N TASK HOLDER CHECKPOINT OFFER: HOLDER leases TASK (key lease-N), saves the
+# checkpoint (ckpt-N), and offers a handoff (handoff-N) of the fields in OFFER.
+hand_off() {
+    post "/api/v1/tasks/$2/leases" "$3" "lease-$1" '{"duration_seconds": 3600}' >/dev/null
+    local ckpt
+    ckpt=$(post "/api/v1/tasks/$2/checkpoints" "$3" "ckpt-$1" "$4" | json 'd["data"]["id"]')
+    post "/api/v1/tasks/$2/handoffs" "$3" "handoff-$1" \
+        "{\"lease_version\": 1, \"checkpoint_id\": $ckpt, $5}" >/dev/null
+}
+TASK=$(task 1 '{"title": "fuzz target", "description": "x"}')
+hand_off 1 "$TASK" "$TOKEN" '{"lease_version": 1, "summary": "start", "state": {"step": 1}}' \
+    '"message": "take it"'
+TASK2=$(task 2 '{"title": "second"}')
 post "/api/v1/tasks/$TASK2/leases" "$TOKEN" lease-2 '{"duration_seconds": 3600}' >/dev/null
-TASK3=$(post /api/v1/orbits/fuzz/tasks "$TOKEN" task-3 '{"title": "third"}' | json 'd["data"]["id"]')
-post "/api/v1/tasks/$TASK3/leases" "$OTHER" lease-3 '{"duration_seconds": 3600}' >/dev/null
-CKPT3=$(post "/api/v1/tasks/$TASK3/checkpoints" "$OTHER" ckpt-3 \
-    '{"lease_version": 1, "summary": "half", "state": {}}' | json 'd["data"]["id"]')
-post "/api/v1/tasks/$TASK3/handoffs" "$OTHER" handoff-3 \
-    "{\"lease_version\": 1, \"checkpoint_id\": $CKPT3, \"message\": \"yours\", \"to_contributor_id\": $MY_ID}" >/dev/null
+TASK3=$(task 3 '{"title": "third"}')
+hand_off 3 "$TASK3" "$OTHER" '{"lease_version": 1, "summary": "half", "state": {}}' \
+    "\"message\": \"yours\", \"to_contributor_id\": $MY_ID"
 # Knowledge objects, where those routes exist (ignored otherwise).
 post /api/v1/orbits/fuzz/problems "$TOKEN" problem-1 \
     '{"title": "a problem", "statement": "state it"}' >/dev/null 2>&1 || true

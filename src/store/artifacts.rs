@@ -2,13 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bytea, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bytea, Text, Timestamptz};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
 use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
+use crate::store::rows::{all, by_id, ActorC, Id};
 
 /// A stored file's metadata. The bytes are at `GET /api/v1/artifacts/{id}/content`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -52,14 +53,8 @@ struct ArtifactRow {
     sha256: String,
     #[diesel(sql_type = Timestamptz)]
     created_at: DateTime<Utc>,
-    #[diesel(sql_type = BigInt)]
-    c_id: i64,
-    #[diesel(sql_type = Text)]
-    c_type: String,
-    #[diesel(sql_type = Text)]
-    c_name: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    c_model_claim: Option<String>,
+    #[diesel(embed)]
+    creator: ActorC,
 }
 
 impl From<ArtifactRow> for Artifact {
@@ -71,12 +66,7 @@ impl From<ArtifactRow> for Artifact {
             media_type: r.media_type,
             size_bytes: r.size_bytes,
             sha256: r.sha256,
-            created_by: ContributorActor {
-                id: r.c_id,
-                kind: r.c_type,
-                name: r.c_name,
-                model_claim: r.c_model_claim,
-            },
+            created_by: r.creator.into(),
             created_at: r.created_at,
             orbit_revision: None,
         }
@@ -89,11 +79,7 @@ const ARTIFACT_SELECT: &str = "SELECT f.id, f.orbit_id, f.name, f.media_type, f.
     FROM artifacts f JOIN contributors c ON c.id = f.created_by";
 
 pub fn artifact(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Artifact>> {
-    crate::db::sql(format!("{ARTIFACT_SELECT} WHERE f.id = $1"))
-        .bind::<BigInt, _>(id)
-        .get_result::<ArtifactRow>(conn)
-        .optional()
-        .map(|o| o.map(Artifact::from))
+    by_id::<ArtifactRow, _>(conn, format!("{ARTIFACT_SELECT} WHERE f.id = $1"), id)
 }
 
 pub fn artifacts_of_orbit(
@@ -108,7 +94,7 @@ pub fn artifacts_of_orbit(
     .bind::<BigInt, _>(page.after)
     .bind::<BigInt, _>(page.fetch())
     .load::<ArtifactRow>(conn)
-    .map(|rows| rows.into_iter().map(Artifact::from).collect())
+    .map(all)
 }
 
 /// What the content route needs to decide between 200 and 304.
@@ -152,11 +138,6 @@ pub fn insert(
     content: &[u8],
     creator: i64,
 ) -> QueryResult<i64> {
-    #[derive(QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = BigInt)]
-        id: i64,
-    }
     crate::db::sql(
         "INSERT INTO artifacts (orbit_id, name, media_type, size_bytes, sha256, content, created_by) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",

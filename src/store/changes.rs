@@ -3,13 +3,15 @@
 //! reads).
 
 use chrono::{DateTime, Utc};
+use diesel::dsl::AsSelect;
+use diesel::pg::Pg;
 use diesel::prelude::*;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::db::schema::{changes, contributors};
 use crate::model::{ts, ContributorActor};
-use crate::store::contributors::{actor, actor_columns, ActorTuple};
+use crate::store::contributors::{actor, actor_columns, ActorColumns, ActorTuple};
 
 /// One write in an orbit.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -29,16 +31,25 @@ pub struct ChangeOut {
     pub summary: String,
 }
 
-type ChangeTuple = (
-    i64,
-    String,
-    String,
-    i64,
-    Option<i64>,
-    DateTime<Utc>,
-    String,
-    ActorTuple,
-);
+/// The change's own columns of a [`ChangeOut`], selected beside its contributor's.
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = changes, check_for_backend(diesel::pg::Pg))]
+struct ChangeRow {
+    revision: i64,
+    kind: String,
+    entity_type: String,
+    entity_id: i64,
+    task_id: Option<i64>,
+    created_at: DateTime<Utc>,
+    summary: String,
+}
+
+type ChangeTuple = (ChangeRow, ActorTuple);
+
+/// What every change read selects: a [`ChangeTuple`].
+fn change_columns() -> (AsSelect<ChangeRow, Pg>, ActorColumns) {
+    (ChangeRow::as_select(), actor_columns())
+}
 
 pub fn load_page(
     conn: &mut PgConnection,
@@ -57,31 +68,9 @@ pub fn load_page(
         .filter(changes::revision.le(orbit_revision))
         .order(changes::revision.asc())
         .limit(limit)
-        .select((
-            changes::revision,
-            changes::kind,
-            changes::entity_type,
-            changes::entity_id,
-            changes::task_id,
-            changes::created_at,
-            changes::summary,
-            actor_columns(),
-        ))
+        .select(change_columns())
         .load(conn)?;
-    let out = rows
-        .into_iter()
-        .map(|t| ChangeOut {
-            revision: t.0,
-            kind: t.1,
-            entity_type: t.2,
-            entity_id: t.3,
-            task_id: t.4,
-            created_at: t.5,
-            summary: t.6,
-            contributor: actor(t.7),
-        })
-        .collect();
-    Ok((out, orbit_revision))
+    Ok((rows.into_iter().map(change_out).collect(), orbit_revision))
 }
 
 /// An orbit's changes at or below `before`, newest first, at most `limit` (the
@@ -98,30 +87,21 @@ pub fn latest(
         .filter(changes::revision.le(before))
         .order(changes::revision.desc())
         .limit(limit)
-        .select((
-            changes::revision,
-            changes::kind,
-            changes::entity_type,
-            changes::entity_id,
-            changes::task_id,
-            changes::created_at,
-            changes::summary,
-            actor_columns(),
-        ))
+        .select(change_columns())
         .load(conn)?;
     Ok(rows.into_iter().map(change_out).collect())
 }
 
-fn change_out(t: ChangeTuple) -> ChangeOut {
+fn change_out((c, contributor): ChangeTuple) -> ChangeOut {
     ChangeOut {
-        revision: t.0,
-        kind: t.1,
-        entity_type: t.2,
-        entity_id: t.3,
-        task_id: t.4,
-        created_at: t.5,
-        summary: t.6,
-        contributor: actor(t.7),
+        revision: c.revision,
+        kind: c.kind,
+        entity_type: c.entity_type,
+        entity_id: c.entity_id,
+        task_id: c.task_id,
+        created_at: c.created_at,
+        summary: c.summary,
+        contributor: actor(contributor),
     }
 }
 
@@ -151,30 +131,23 @@ pub fn of_contributor(
     if let Some(before) = before {
         query = query.filter(changes::created_at.lt(before));
     }
-    let rows: Vec<(ChangeTuple, i64, String)> = query
+    // Flat: diesel loads a `SelectBy` inside a tuple, not inside a nested one.
+    let rows: Vec<(ChangeRow, ActorTuple, i64, String)> = query
         .order(changes::created_at.desc())
         .limit(limit)
         .select((
-            (
-                changes::revision,
-                changes::kind,
-                changes::entity_type,
-                changes::entity_id,
-                changes::task_id,
-                changes::created_at,
-                changes::summary,
-                actor_columns(),
-            ),
+            ChangeRow::as_select(),
+            actor_columns(),
             orbits::id,
             orbits::slug,
         ))
         .load(conn)?;
     Ok(rows
         .into_iter()
-        .map(|(t, orbit_id, slug)| ContributorChange {
+        .map(|(c, contributor, orbit_id, slug)| ContributorChange {
             orbit_id,
             orbit_slug: slug,
-            change: change_out(t),
+            change: change_out((c, contributor)),
         })
         .collect())
 }

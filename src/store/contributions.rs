@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use crate::db::BindNext;
 use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
+use crate::store::rows::{all, by_id, by_ids, ActorA, Id};
 use crate::store::stamp::{split, Stamp, Stamped};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -178,21 +179,6 @@ pub struct Assessment {
     pub orbit_revision: Option<i64>,
 }
 
-fn actor(id: i64, kind: String, name: String, model_claim: Option<String>) -> ContributorActor {
-    ContributorActor {
-        id,
-        kind,
-        name,
-        model_claim,
-    }
-}
-
-#[derive(QueryableByName)]
-struct Id {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-}
-
 // ---------------------------------------------------------------------------
 // Reads
 
@@ -222,14 +208,8 @@ struct ContributionRow {
     created_at: DateTime<Utc>,
     #[diesel(sql_type = Timestamptz)]
     updated_at: DateTime<Utc>,
-    #[diesel(sql_type = BigInt)]
-    a_id: i64,
-    #[diesel(sql_type = Text)]
-    a_type: String,
-    #[diesel(sql_type = Text)]
-    a_name: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    a_model_claim: Option<String>,
+    #[diesel(embed)]
+    author: ActorA,
 }
 
 impl From<ContributionRow> for Contribution {
@@ -241,7 +221,7 @@ impl From<ContributionRow> for Contribution {
             revision: r.revision,
             title: r.title,
             body: r.body,
-            author: actor(r.a_id, r.a_type, r.a_name, r.a_model_claim),
+            author: r.author.into(),
             problem_id: r.problem_id,
             task_id: r.task_id,
             artifact_ids: r.artifact_ids,
@@ -270,20 +250,15 @@ pub fn contributions_by_ids(
     conn: &mut PgConnection,
     ids: &[i64],
 ) -> QueryResult<Vec<Option<Contribution>>> {
-    let rows: Vec<crate::db::grouped::Numbered<ContributionRow>> = crate::db::sql(
+    by_ids::<ContributionRow, _>(
+        conn,
         crate::group_over_ids!(concat!(contribution_select!(), " WHERE c.id = q.id")),
+        ids,
     )
-    .bind::<Array<BigInt>, _>(ids)
-    .load(conn)?;
-    Ok(crate::db::grouped::by_position(rows, ids.len()))
 }
 
 pub fn contribution(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Contribution>> {
-    crate::db::sql(format!("{CONTRIBUTION_SELECT} WHERE c.id = $1"))
-        .bind::<BigInt, _>(id)
-        .get_result::<ContributionRow>(conn)
-        .optional()
-        .map(|o| o.map(Contribution::from))
+    by_id::<ContributionRow, _>(conn, format!("{CONTRIBUTION_SELECT} WHERE c.id = $1"), id)
 }
 
 /// An orbit's contributions, ascending by id, optionally filtered (`page.fetch()`
@@ -333,7 +308,7 @@ pub fn latest_of_problem(
     .bind::<BigInt, _>(problem_id)
     .bind::<BigInt, _>(n)
     .load::<ContributionRow>(conn)
-    .map(|rows| rows.into_iter().map(Contribution::from).collect())
+    .map(all)
 }
 
 #[derive(QueryableByName)]
@@ -350,14 +325,8 @@ struct RevisionRow {
     artifact_ids: Vec<i64>,
     #[diesel(sql_type = Timestamptz)]
     created_at: DateTime<Utc>,
-    #[diesel(sql_type = BigInt)]
-    a_id: i64,
-    #[diesel(sql_type = Text)]
-    a_type: String,
-    #[diesel(sql_type = Text)]
-    a_name: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    a_model_claim: Option<String>,
+    #[diesel(embed)]
+    author: ActorA,
 }
 
 impl From<RevisionRow> for ContributionRevision {
@@ -368,7 +337,7 @@ impl From<RevisionRow> for ContributionRevision {
             title: r.title,
             body: r.body,
             artifact_ids: r.artifact_ids,
-            author: actor(r.a_id, r.a_type, r.a_name, r.a_model_claim),
+            author: r.author.into(),
             created_at: r.created_at,
         }
     }
@@ -410,7 +379,7 @@ pub fn revisions(
     .bind::<BigInt, _>(page.after)
     .bind::<BigInt, _>(page.fetch())
     .load::<RevisionRow>(conn)
-    .map(|rows| rows.into_iter().map(ContributionRevision::from).collect())
+    .map(all)
 }
 
 #[derive(QueryableByName)]
@@ -429,14 +398,8 @@ struct AssessmentRow {
     evidence_contribution_ids: Vec<i64>,
     #[diesel(sql_type = Timestamptz)]
     created_at: DateTime<Utc>,
-    #[diesel(sql_type = BigInt)]
-    a_id: i64,
-    #[diesel(sql_type = Text)]
-    a_type: String,
-    #[diesel(sql_type = Text)]
-    a_name: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    a_model_claim: Option<String>,
+    #[diesel(embed)]
+    author: ActorA,
 }
 
 impl From<AssessmentRow> for Assessment {
@@ -448,7 +411,7 @@ impl From<AssessmentRow> for Assessment {
             verdict: r.verdict,
             rationale: r.rationale,
             evidence_contribution_ids: r.evidence_contribution_ids,
-            assessor: actor(r.a_id, r.a_type, r.a_name, r.a_model_claim),
+            assessor: r.author.into(),
             created_at: r.created_at,
             orbit_revision: None,
         }
@@ -461,11 +424,7 @@ const ASSESSMENT_SELECT: &str = "SELECT s.id, s.contribution_id, s.contribution_
     FROM assessments s JOIN contributors a ON a.id = s.assessor_id";
 
 pub fn assessment(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Assessment>> {
-    crate::db::sql(format!("{ASSESSMENT_SELECT} WHERE s.id = $1"))
-        .bind::<BigInt, _>(id)
-        .get_result::<AssessmentRow>(conn)
-        .optional()
-        .map(|o| o.map(Assessment::from))
+    by_id::<AssessmentRow, _>(conn, format!("{ASSESSMENT_SELECT} WHERE s.id = $1"), id)
 }
 
 /// A contribution's assessments, ascending by id, optionally of one revision.
@@ -485,7 +444,7 @@ pub fn assessments(
     .bind::<BigInt, _>(page.after)
     .bind::<BigInt, _>(page.fetch())
     .load::<AssessmentRow>(conn)
-    .map(|rows| rows.into_iter().map(Assessment::from).collect())
+    .map(all)
 }
 
 /// The facts a write on a contribution decides on.
@@ -657,5 +616,5 @@ pub fn latest_of_orbit(
     .bind::<BigInt, _>(before.unwrap_or(i64::MAX))
     .bind::<BigInt, _>(n)
     .load::<ContributionRow>(conn)
-    .map(|rows| rows.into_iter().map(Contribution::from).collect())
+    .map(all)
 }

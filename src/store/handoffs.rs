@@ -42,6 +42,7 @@ use utoipa::ToSchema;
 use crate::db::BindNext;
 use crate::model::Cursor;
 use crate::model::{ts, ts_opt, ContributorActor};
+use crate::store::rows::{all, by_id, Id};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -213,11 +214,7 @@ fn select() -> String {
 }
 
 pub fn handoff(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Handoff>> {
-    crate::db::sql(format!("{} WHERE h.id = $1", select()))
-        .bind::<BigInt, _>(id)
-        .get_result::<HandoffRow>(conn)
-        .optional()
-        .map(|o| o.map(Handoff::from))
+    by_id::<HandoffRow, _>(conn, format!("{} WHERE h.id = $1", select()), id)
 }
 
 pub fn handoffs_of_task(
@@ -233,7 +230,7 @@ pub fn handoffs_of_task(
     .bind::<BigInt, _>(page.after)
     .bind::<BigInt, _>(page.fetch())
     .load::<HandoffRow>(conn)
-    .map(|rows| rows.into_iter().map(Handoff::from).collect())
+    .map(all)
 }
 
 /// The caller's inbox (targeted at it, plus open handoffs in its orbits that it
@@ -262,7 +259,7 @@ pub fn mailbox(
     .bind::<Nullable<Text>, _>(status)
     .bind::<BigInt, _>(page.fetch())
     .load::<HandoffRow>(conn)
-    .map(|rows| rows.into_iter().map(Handoff::from).collect())
+    .map(all)
 }
 
 /// The raw facts a handoff verb decides on, read under the row lock.
@@ -329,11 +326,6 @@ pub fn insert(
     now: DateTime<Utc>,
     expires_in_seconds: i64,
 ) -> QueryResult<i64> {
-    #[derive(QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = BigInt)]
-        id: i64,
-    }
     crate::db::sql(
         "INSERT INTO handoffs (orbit_id, task_id, checkpoint_id, lease_version, message, \
                                from_contributor, to_contributor, created_at, expires_at) \
@@ -412,5 +404,5 @@ pub fn pending_of_orbit(
     .bind::<BigInt, _>(page.after)
     .bind::<BigInt, _>(page.fetch())
     .load::<HandoffRow>(conn)
-    .map(|rows| rows.into_iter().map(Handoff::from).collect())
+    .map(all)
 }

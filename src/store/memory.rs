@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use crate::db::BindNext;
 use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
+use crate::store::rows::{all, by_id, ActorA, Id};
 
 /// A memory record (original behaviour: every POST creates one).
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -43,14 +44,8 @@ struct MemoryRow {
     tags: Vec<String>,
     #[diesel(sql_type = Timestamptz)]
     created_at: DateTime<Utc>,
-    #[diesel(sql_type = BigInt)]
-    a_id: i64,
-    #[diesel(sql_type = Text)]
-    a_type: String,
-    #[diesel(sql_type = Text)]
-    a_name: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    a_model_claim: Option<String>,
+    #[diesel(embed)]
+    author: ActorA,
 }
 
 impl From<MemoryRow> for MemoryRecord {
@@ -58,12 +53,7 @@ impl From<MemoryRow> for MemoryRecord {
         MemoryRecord {
             id: r.id,
             orbit_id: r.orbit_id,
-            author: ContributorActor {
-                id: r.a_id,
-                kind: r.a_type,
-                name: r.a_name,
-                model_claim: r.a_model_claim,
-            },
+            author: r.author.into(),
             content: r.content,
             tags: r.tags,
             created_at: r.created_at,
@@ -77,11 +67,7 @@ const MEMORY_SELECT: &str = "SELECT m.id, m.orbit_id, m.content, m.tags, m.creat
     FROM memory_records m JOIN contributors a ON a.id = m.author_id";
 
 pub fn record(conn: &mut PgConnection, id: i64) -> QueryResult<Option<MemoryRecord>> {
-    crate::db::sql(format!("{MEMORY_SELECT} WHERE m.id = $1"))
-        .bind::<BigInt, _>(id)
-        .get_result::<MemoryRow>(conn)
-        .optional()
-        .map(|o| o.map(MemoryRecord::from))
+    by_id::<MemoryRow, _>(conn, format!("{MEMORY_SELECT} WHERE m.id = $1"), id)
 }
 
 /// An orbit's records, ascending by id; with `tag`, only records carrying it
@@ -108,7 +94,7 @@ pub fn records_of_orbit(
         .bind::<Nullable<Text>, _>(tag)
         .bind::<BigInt, _>(page.fetch())
         .load::<MemoryRow>(conn)
-        .map(|rows| rows.into_iter().map(MemoryRecord::from).collect())
+        .map(all)
 }
 
 pub fn insert(
@@ -118,11 +104,6 @@ pub fn insert(
     content: &str,
     tags: &[String],
 ) -> QueryResult<i64> {
-    #[derive(QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = BigInt)]
-        id: i64,
-    }
     crate::db::sql(
         "INSERT INTO memory_records (orbit_id, author_id, content, tags) \
          VALUES ($1, $2, $3, $4) RETURNING id",

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod orbits;
 pub mod problems;
 pub mod refs;
+pub mod rows;
 pub mod search;
 pub mod stamp;
 pub mod tasks;

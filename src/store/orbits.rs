@@ -1,6 +1,8 @@
 //! Orbits and memberships.
 
 use chrono::{DateTime, Utc};
+use diesel::dsl::AsSelect;
+use diesel::pg::Pg;
 use diesel::prelude::*;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -30,65 +32,47 @@ pub struct Orbit {
     pub created_at: DateTime<Utc>,
 }
 
-type OrbitTuple = (
-    i64,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    DateTime<Utc>,
-    ActorTuple,
-);
-
-type OrbitColumns = (
-    orbits::id,
-    orbits::slug,
-    orbits::name,
-    orbits::description,
-    orbits::join_policy,
-    orbits::revision,
-    orbits::created_at,
-    ActorColumns,
-);
-
-fn orbit_columns() -> OrbitColumns {
-    (
-        orbits::id,
-        orbits::slug,
-        orbits::name,
-        orbits::description,
-        orbits::join_policy,
-        orbits::revision,
-        orbits::created_at,
-        actor_columns(),
-    )
+/// An orbit's own columns, selected beside its creator's.
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = orbits, check_for_backend(diesel::pg::Pg))]
+struct OrbitRow {
+    id: i64,
+    slug: String,
+    name: String,
+    description: String,
+    join_policy: String,
+    revision: i64,
+    created_at: DateTime<Utc>,
 }
 
-fn to_orbit(t: OrbitTuple) -> Orbit {
+type OrbitTuple = (OrbitRow, ActorTuple);
+
+fn orbit_columns() -> (AsSelect<OrbitRow, Pg>, ActorColumns) {
+    (OrbitRow::as_select(), actor_columns())
+}
+
+fn to_orbit((o, creator): OrbitTuple) -> Orbit {
     Orbit {
-        id: t.0,
-        slug: t.1,
-        name: t.2,
-        description: t.3,
-        join_policy: t.4,
-        revision: t.5,
-        created_at: t.6,
-        created_by: actor(t.7),
+        id: o.id,
+        slug: o.slug,
+        name: o.name,
+        description: o.description,
+        join_policy: o.join_policy,
+        revision: o.revision,
+        created_at: o.created_at,
+        created_by: actor(creator),
     }
 }
 
 /// An orbit named in a path: a positive id or a slug.
 pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbit>> {
-    let query = orbits::table
+    if let Ok(id) = reference.parse::<i64>() {
+        return find_by_id(conn, id);
+    }
+    orbits::table
         .inner_join(contributors::table)
+        .filter(orbits::slug.eq(reference))
         .select(orbit_columns())
-        .into_boxed();
-    let query = match reference.parse::<i64>() {
-        Ok(id) => query.filter(orbits::id.eq(id)),
-        Err(_) => query.filter(orbits::slug.eq(reference)),
-    };
-    query
         .first::<OrbitTuple>(conn)
         .optional()
         .map(|o| o.map(to_orbit))
@@ -178,15 +162,29 @@ pub struct Member {
     pub updated_at: DateTime<Utc>,
 }
 
-type MemberTuple = (i64, String, DateTime<Utc>, DateTime<Utc>, ActorTuple);
+/// A membership's own columns, selected beside its contributor's.
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = memberships, check_for_backend(diesel::pg::Pg))]
+struct MemberRow {
+    orbit_id: i64,
+    role: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
 
-fn to_member(t: MemberTuple) -> Member {
+type MemberTuple = (MemberRow, ActorTuple);
+
+fn member_columns() -> (AsSelect<MemberRow, Pg>, ActorColumns) {
+    (MemberRow::as_select(), actor_columns())
+}
+
+fn to_member((m, contributor): MemberTuple) -> Member {
     Member {
-        orbit_id: t.0,
-        role: t.1,
-        joined_at: t.2,
-        updated_at: t.3,
-        contributor: actor(t.4),
+        orbit_id: m.orbit_id,
+        role: m.role,
+        joined_at: m.created_at,
+        updated_at: m.updated_at,
+        contributor: actor(contributor),
     }
 }
 
@@ -197,13 +195,7 @@ pub fn members(conn: &mut PgConnection, orbit_id: i64, page: Cursor) -> QueryRes
         .filter(memberships::contributor_id.gt(page.after))
         .order(memberships::contributor_id.asc())
         .limit(page.fetch())
-        .select((
-            memberships::orbit_id,
-            memberships::role,
-            memberships::created_at,
-            memberships::updated_at,
-            actor_columns(),
-        ))
+        .select(member_columns())
         .load::<MemberTuple>(conn)
         .map(|rows| rows.into_iter().map(to_member).collect())
 }
@@ -217,13 +209,7 @@ pub fn member(
         .inner_join(contributors::table)
         .filter(memberships::orbit_id.eq(orbit_id))
         .filter(memberships::contributor_id.eq(contributor_id))
-        .select((
-            memberships::orbit_id,
-            memberships::role,
-            memberships::created_at,
-            memberships::updated_at,
-            actor_columns(),
-        ))
+        .select(member_columns())
         .first::<MemberTuple>(conn)
         .optional()
         .map(|o| o.map(to_member))

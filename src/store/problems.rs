@@ -25,6 +25,7 @@ use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
 use crate::store::contributions::{Contribution, ContributionKind, VerdictCounts};
 use crate::store::handoffs::Handoff;
+use crate::store::rows::{all, by_id, ActorC, Id};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -139,14 +140,8 @@ struct ProblemRow {
     created_at: DateTime<Utc>,
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     updated_at: DateTime<Utc>,
-    #[diesel(sql_type = BigInt)]
-    c_id: i64,
-    #[diesel(sql_type = Text)]
-    c_type: String,
-    #[diesel(sql_type = Text)]
-    c_name: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    c_model_claim: Option<String>,
+    #[diesel(embed)]
+    creator: ActorC,
 }
 
 impl From<ProblemRow> for Problem {
@@ -157,12 +152,7 @@ impl From<ProblemRow> for Problem {
             title: r.title,
             statement: r.statement,
             status: r.status,
-            created_by: ContributorActor {
-                id: r.c_id,
-                kind: r.c_type,
-                name: r.c_name,
-                model_claim: r.c_model_claim,
-            },
+            created_by: r.creator.into(),
             created_at: r.created_at,
             updated_at: r.updated_at,
             orbit_revision: None,
@@ -175,18 +165,8 @@ const PROBLEM_SELECT: &str = "SELECT p.id, p.orbit_id, p.title, p.statement, p.s
         c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim \
     FROM problems p JOIN contributors c ON c.id = p.created_by";
 
-#[derive(QueryableByName)]
-struct Id {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-}
-
 pub fn problem(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Problem>> {
-    crate::db::sql(format!("{PROBLEM_SELECT} WHERE p.id = $1"))
-        .bind::<BigInt, _>(id)
-        .get_result::<ProblemRow>(conn)
-        .optional()
-        .map(|o| o.map(Problem::from))
+    by_id::<ProblemRow, _>(conn, format!("{PROBLEM_SELECT} WHERE p.id = $1"), id)
 }
 
 pub fn problems_of_orbit(
@@ -205,7 +185,7 @@ pub fn problems_of_orbit(
     .bind::<Nullable<Text>, _>(status)
     .bind::<BigInt, _>(page.fetch())
     .load::<ProblemRow>(conn)
-    .map(|rows| rows.into_iter().map(Problem::from).collect())
+    .map(all)
 }
 
 /// The orbit a problem belongs to (for permission checks), without locking.
@@ -267,13 +247,7 @@ pub fn count_contribution(
     problem_id: i64,
     kind: ContributionKind,
 ) -> QueryResult<()> {
-    let column = kind.column();
-    crate::db::sql(format!(
-        "UPDATE problem_counters SET {column} = {column} + 1 WHERE problem_id = $1"
-    ))
-    .bind::<BigInt, _>(problem_id)
-    .execute(conn)?;
-    Ok(())
+    count_one(conn, problem_id, kind.column())
 }
 
 /// One more assessment of a current revision in the problem.
@@ -282,7 +256,11 @@ pub fn count_verdict(
     problem_id: i64,
     verdict: crate::store::contributions::Verdict,
 ) -> QueryResult<()> {
-    let column = verdict.column();
+    count_one(conn, problem_id, verdict.column())
+}
+
+/// One more in the problem's counter `column` (a column name from an enum).
+fn count_one(conn: &mut PgConnection, problem_id: i64, column: &str) -> QueryResult<()> {
     crate::db::sql(format!(
         "UPDATE problem_counters SET {column} = {column} + 1 WHERE problem_id = $1"
     ))

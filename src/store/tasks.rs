@@ -9,15 +9,11 @@ use utoipa::ToSchema;
 use crate::db::BindNext;
 use crate::model::Cursor;
 use crate::model::{ts, ts_opt, ContributorActor};
+use crate::store::rows::{by_id, by_ids, Id};
 use crate::store::stamp::{split, Stamp, Stamped};
 
 fn actor(id: i64, kind: String, name: String, model_claim: Option<String>) -> ContributorActor {
-    ContributorActor {
-        id,
-        kind,
-        name,
-        model_claim,
-    }
+    crate::store::contributors::actor((id, kind, name, model_claim))
 }
 
 /// A fenced lease on a task.
@@ -394,20 +390,18 @@ const TASK_SELECT: &str = task_select!("clock_timestamp()");
 /// [`task`] for several ids in one statement (a group of reads,
 /// `src/perf/readgroup.rs`): one answer per id, in order.
 pub fn tasks_by_ids(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<Option<Task>>> {
-    let rows: Vec<crate::db::grouped::Numbered<TaskRow>> = crate::db::sql(crate::group_over_ids!(
-        concat!(task_select!("clock_timestamp()"), " WHERE t.id = q.id")
-    ))
-    .bind::<Array<BigInt>, _>(ids)
-    .load(conn)?;
-    Ok(crate::db::grouped::by_position(rows, ids.len()))
+    by_ids::<TaskRow, _>(
+        conn,
+        crate::group_over_ids!(concat!(
+            task_select!("clock_timestamp()"),
+            " WHERE t.id = q.id"
+        )),
+        ids,
+    )
 }
 
 pub fn task(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Task>> {
-    crate::db::sql(format!("{TASK_SELECT} WHERE t.id = $1"))
-        .bind::<BigInt, _>(id)
-        .get_result::<TaskRow>(conn)
-        .optional()
-        .map(|o| o.map(Task::from))
+    by_id::<TaskRow, _>(conn, format!("{TASK_SELECT} WHERE t.id = $1"), id)
 }
 
 /// An orbit's tasks, ascending by id, optionally filtered (`page.fetch()` rows), with
@@ -611,12 +605,6 @@ pub fn checkpoints_of_task(
 
 // ---------------------------------------------------------------------------
 // Writes (callers hold the task row lock; see `fence`)
-
-#[derive(QueryableByName)]
-struct Id {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-}
 
 pub fn insert_task(
     conn: &mut PgConnection,

@@ -35,8 +35,44 @@ pub struct WebhookRow {
     pub created_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str = "w.id, w.orbit_id, o.slug AS orbit_slug, w.url, w.kinds, w.description, \
-     w.status, w.disabled_reason, w.delivered_through, w.created_at";
+/// The columns of a [`WebhookRow`] from `webhooks w JOIN orbits o`.
+macro_rules! columns {
+    () => {
+        "w.id, w.orbit_id, o.slug AS orbit_slug, w.url, w.kinds, w.description, \
+         w.status, w.disabled_reason, w.delivered_through, w.created_at"
+    };
+}
+
+/// A statement that writes subscriptions in the CTE `w` (`... RETURNING *`) and
+/// answers with them as [`WebhookRow`]s.
+macro_rules! returning_rows {
+    ($cte:literal) => {
+        concat!(
+            "WITH w AS (",
+            $cte,
+            ") SELECT ",
+            columns!(),
+            " FROM w JOIN orbits o ON o.id = w.orbit_id"
+        )
+    };
+}
+
+const COLUMNS: &str = columns!();
+
+/// The one subscription `sql` reads or writes, `$1` its id and `$2` its owner;
+/// `None` when it is not theirs.
+fn owned(
+    conn: &mut PgConnection,
+    sql: impl Into<std::borrow::Cow<'static, str>>,
+    contributor_id: i64,
+    id: i64,
+) -> QueryResult<Option<WebhookRow>> {
+    crate::db::sql(sql)
+        .bind::<BigInt, _>(id)
+        .bind::<BigInt, _>(contributor_id)
+        .get_result(conn)
+        .optional()
+}
 
 /// Takes the contributor's row lock (so two creates of one contributor are counted
 /// one after the other) and counts its subscriptions.
@@ -65,16 +101,12 @@ pub fn insert(
     description: &str,
     secret: &str,
 ) -> QueryResult<WebhookRow> {
-    crate::db::sql(
-        "WITH w AS ( \
-             INSERT INTO webhooks (contributor_id, orbit_id, url, kinds, description, secret, \
-                                   delivered_through) \
-             SELECT $1, o.id, $3, $4, $5, $6, o.revision FROM orbits o WHERE o.id = $2 \
-             RETURNING *) \
-         SELECT w.id, w.orbit_id, o.slug AS orbit_slug, w.url, w.kinds, w.description, \
-                w.status, w.disabled_reason, w.delivered_through, w.created_at \
-         FROM w JOIN orbits o ON o.id = w.orbit_id",
-    )
+    crate::db::sql(returning_rows!(
+        "INSERT INTO webhooks (contributor_id, orbit_id, url, kinds, description, secret, \
+                               delivered_through) \
+         SELECT $1, o.id, $3, $4, $5, $6, o.revision FROM orbits o WHERE o.id = $2 \
+         RETURNING *"
+    ))
     .bind::<BigInt, _>(contributor_id)
     .bind::<BigInt, _>(orbit_id)
     .bind::<Text, _>(url)
@@ -90,14 +122,15 @@ pub fn find(
     contributor_id: i64,
     id: i64,
 ) -> QueryResult<Option<WebhookRow>> {
-    crate::db::sql(format!(
-        "SELECT {COLUMNS} FROM webhooks w JOIN orbits o ON o.id = w.orbit_id \
-         WHERE w.id = $1 AND w.contributor_id = $2"
-    ))
-    .bind::<BigInt, _>(id)
-    .bind::<BigInt, _>(contributor_id)
-    .get_result(conn)
-    .optional()
+    owned(
+        conn,
+        format!(
+            "SELECT {COLUMNS} FROM webhooks w JOIN orbits o ON o.id = w.orbit_id \
+             WHERE w.id = $1 AND w.contributor_id = $2"
+        ),
+        contributor_id,
+        id,
+    )
 }
 
 /// A page of the contributor's subscriptions, ascending by id.
@@ -122,16 +155,9 @@ pub fn delete(
     contributor_id: i64,
     id: i64,
 ) -> QueryResult<Option<WebhookRow>> {
-    crate::db::sql(
-        "WITH w AS (DELETE FROM webhooks WHERE id = $1 AND contributor_id = $2 RETURNING *) \
-         SELECT w.id, w.orbit_id, o.slug AS orbit_slug, w.url, w.kinds, w.description, \
-                w.status, w.disabled_reason, w.delivered_through, w.created_at \
-         FROM w JOIN orbits o ON o.id = w.orbit_id",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<BigInt, _>(contributor_id)
-    .get_result(conn)
-    .optional()
+    let sql =
+        returning_rows!("DELETE FROM webhooks WHERE id = $1 AND contributor_id = $2 RETURNING *");
+    owned(conn, sql, contributor_id, id)
 }
 
 /// Makes a DISABLED subscription ACTIVE again, due now, its attempts reset (an
@@ -141,19 +167,12 @@ pub fn enable(
     contributor_id: i64,
     id: i64,
 ) -> QueryResult<Option<WebhookRow>> {
-    crate::db::sql(
-        "WITH w AS ( \
-             UPDATE webhooks SET status = 'ACTIVE', disabled_reason = NULL, attempts = 0, \
-                    next_attempt_at = clock_timestamp() \
-             WHERE id = $1 AND contributor_id = $2 AND status = 'DISABLED' RETURNING *) \
-         SELECT w.id, w.orbit_id, o.slug AS orbit_slug, w.url, w.kinds, w.description, \
-                w.status, w.disabled_reason, w.delivered_through, w.created_at \
-         FROM w JOIN orbits o ON o.id = w.orbit_id",
-    )
-    .bind::<BigInt, _>(id)
-    .bind::<BigInt, _>(contributor_id)
-    .get_result(conn)
-    .optional()
+    let sql = returning_rows!(
+        "UPDATE webhooks SET status = 'ACTIVE', disabled_reason = NULL, attempts = 0, \
+                next_attempt_at = clock_timestamp() \
+         WHERE id = $1 AND contributor_id = $2 AND status = 'DISABLED' RETURNING *"
+    );
+    owned(conn, sql, contributor_id, id)
 }
 
 /// One attempt in the log.

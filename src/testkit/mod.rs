@@ -10,7 +10,10 @@
 //! - [`database`]: databases on that server — a migrated template, a fresh database
 //!   per test cloned from it, dropping, and dropping those left by dead processes;
 //! - [`process`]: spawned `orbit-commons serve` instances (spawn, wait until ready,
-//!   SIGKILL, SIGTERM and wait), their logs, a free port, scratch directories.
+//!   SIGKILL, SIGTERM and wait), their logs, a free port, scratch directories;
+//! - [`receiver`]: a local webhook receiver that records what arrives and answers
+//!   as told (the webhook tests and the bench's `webhooks` scenario);
+//! - [`Agent`]: a registered contributor as a client holds it.
 //!
 //! It holds no test framework (no HTTP client library, no assertions): errors are
 //! returned as `String`s for the caller to `expect` or report. It is compiled into the
@@ -20,10 +23,19 @@
 pub mod database;
 pub mod pg;
 pub mod process;
+pub mod receiver;
 
 pub use database::Template;
 pub use pg::{PgServer, PrivateCluster};
 pub use process::{free_port, Scratch, Service};
+
+/// A registered contributor as a client holds it: its id and bearer token (the
+/// tests' and the bench's agents).
+#[derive(Debug, Clone)]
+pub struct Agent {
+    pub id: i64,
+    pub token: String,
+}
 
 /// A short random name part (10 hex digits), for databases, directories and keys.
 pub fn short_id() -> String {

@@ -4,12 +4,11 @@
 
 use std::collections::BTreeSet;
 
-use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::harness::{Resp, TestApp};
 use crate::mcp::{call, connect, ok, refused};
-use crate::work::{checkpoint, crew, lease, task};
+use crate::work::{checkpoint, crew, lease, release, task};
 
 const GUIDE: &str = include_str!("../../agents.md");
 
@@ -24,8 +23,7 @@ async fn both_paths() -> Vec<TestApp> {
 }
 
 async fn keyed(app: &TestApp, path: &str, token: &str, key: &str, body: Value) -> Resp {
-    app.send(Method::POST, path, Some(token), Some(key), Some(body))
-        .await
+    app.post_with_key(path, token, key, body).await
 }
 
 #[tokio::test]
@@ -35,13 +33,7 @@ async fn stale_lease_version_says_whether_the_current_lease_is_yours() {
         let (a, b) = (&c.owner, &c.members[0]);
         let t = task(&app, a, c.orbit, "t").await;
         let (l1, v1) = lease(&app, a, t, 600).await;
-        let r = app
-            .post_keyed(
-                &format!("/api/v1/leases/{l1}/release"),
-                &a.token,
-                json!({"lease_version": v1}),
-            )
-            .await;
+        let r = release(&app, a, l1, v1).await;
         assert_eq!(r.status, 200, "{}", r.text);
         let (l2, v2) = lease(&app, a, t, 600).await;
         assert_eq!(v2, v1 + 1);
@@ -53,12 +45,7 @@ async fn stale_lease_version_says_whether_the_current_lease_is_yours() {
         assert_eq!(r.json["details"]["yours"], true, "{}", r.text);
 
         // Someone else's lease since: not yours.
-        app.post_keyed(
-            &format!("/api/v1/leases/{l2}/release"),
-            &a.token,
-            json!({"lease_version": v2}),
-        )
-        .await;
+        release(&app, a, l2, v2).await;
         let (_, v3) = lease(&app, b, t, 600).await;
         let r = checkpoint(&app, a, t, v2, json!({})).await;
         r.assert_error(409, "stale_lease_version");
@@ -229,13 +216,7 @@ async fn a_replayed_acquire_is_marked_and_the_lease_reads_as_it_is_now() {
         assert!(first.header("idempotency-replayed").is_none());
         let id = first.json["data"]["id"].as_i64().unwrap();
         let v = first.json["data"]["lease_version"].as_i64().unwrap();
-        app.post_keyed(
-            &format!("/api/v1/leases/{id}/release"),
-            &a.token,
-            json!({"lease_version": v}),
-        )
-        .await
-        .assert_envelope_ok(200);
+        release(&app, a, id, v).await.assert_envelope_ok(200);
 
         let replay = keyed(&app, &path, &a.token, "acq-1", json!({})).await;
         assert_eq!(replay.status, 201);
@@ -589,12 +570,7 @@ async fn mcp_refusals_name_arguments_and_carry_the_details() {
 
     let t = task(&app, a, c.orbit, "t").await;
     let (l1, v1) = lease(&app, a, t, 600).await;
-    app.post_keyed(
-        &format!("/api/v1/leases/{l1}/release"),
-        &a.token,
-        json!({"lease_version": v1}),
-    )
-    .await;
+    release(&app, a, l1, v1).await;
     let (_, v2) = lease(&app, a, t, 600).await;
     let stale = call(
         &client,

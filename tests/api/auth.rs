@@ -6,11 +6,6 @@ use serde_json::{json, Value};
 
 use crate::harness::{Resp, TestApp};
 
-async fn register(app: &TestApp, body: Value) -> Resp {
-    app.send(Method::POST, "/api/v1/contributors", None, None, Some(body))
-        .await
-}
-
 /// Asserts a 401 in the envelope with a `WWW-Authenticate: Bearer ...` challenge.
 #[track_caller]
 fn assert_unauthorized(r: &Resp) {
@@ -40,11 +35,9 @@ fn wrong_secret(token: &str) -> String {
 #[tokio::test]
 async fn registration_shows_the_token_once_and_the_list_never_shows_a_secret() {
     let app = TestApp::spawn().await;
-    let r = register(
-        &app,
-        json!({"type": "HUMAN", "name": "Ada", "model_claim": null}),
-    )
-    .await;
+    let r = app
+        .register(json!({"type": "HUMAN", "name": "Ada", "model_claim": null}))
+        .await;
     assert_eq!(r.status, 201, "{}", r.text);
     let data = &r.json["data"];
     let token = data["token"].as_str().expect("token").to_owned();
@@ -94,31 +87,33 @@ async fn registration_shows_the_token_once_and_the_list_never_shows_a_secret() {
 async fn every_registrable_type_is_accepted_and_system_is_refused() {
     let app = TestApp::spawn().await;
     for kind in ["AGENT", "HUMAN", "ORGANIZATION"] {
-        let r = register(&app, json!({"type": kind, "name": kind})).await;
+        let r = app.register(json!({"type": kind, "name": kind})).await;
         assert_eq!(r.status, 201, "{kind}: {}", r.text);
         assert_eq!(r.json["data"]["contributor"]["type"], kind);
     }
-    let r = register(&app, json!({"type": "SYSTEM", "name": "root"})).await;
+    let r = app
+        .register(json!({"type": "SYSTEM", "name": "root"}))
+        .await;
     r.assert_envelope(422);
     assert!(r.json["errors"]["type"].is_array(), "{}", r.text);
 
-    let r = register(&app, json!({"type": "ROBOT", "name": "x"})).await;
+    let r = app.register(json!({"type": "ROBOT", "name": "x"})).await;
     r.assert_envelope(422);
     assert!(r.json["errors"]["type"].is_array(), "{}", r.text);
 
-    let r = register(&app, json!({"type": "AGENT", "name": ""})).await;
+    let r = app.register(json!({"type": "AGENT", "name": ""})).await;
     r.assert_envelope(422);
     assert!(r.json["errors"]["name"].is_array(), "{}", r.text);
 
-    let r = register(&app, json!({"type": "AGENT", "name": "n".repeat(121)})).await;
+    let r = app
+        .register(json!({"type": "AGENT", "name": "n".repeat(121)}))
+        .await;
     r.assert_envelope(422);
     assert!(r.json["errors"]["name"].is_array(), "{}", r.text);
 
-    let r = register(
-        &app,
-        json!({"type": "AGENT", "name": "n", "model_claim": "m".repeat(201)}),
-    )
-    .await;
+    let r = app
+        .register(json!({"type": "AGENT", "name": "n", "model_claim": "m".repeat(201)}))
+        .await;
     r.assert_envelope(422);
     assert!(r.json["errors"]["model_claim"].is_array(), "{}", r.text);
 
@@ -131,13 +126,7 @@ async fn every_registrable_type_is_accepted_and_system_is_refused() {
 async fn legacy_agent_registration_token_works_everywhere() {
     let app = TestApp::spawn().await;
     let r = app
-        .send(
-            Method::POST,
-            "/api/v1/agents",
-            None,
-            None,
-            Some(json!({"name": "legacy", "model_claim": "gpt-x"})),
-        )
+        .register_legacy(json!({"name": "legacy", "model_claim": "gpt-x"}))
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
     let token = r.json["data"]["token"].as_str().unwrap().to_owned();
@@ -149,13 +138,7 @@ async fn legacy_agent_registration_token_works_everywhere() {
 
     // The legacy route has no `type` field.
     let bad = app
-        .send(
-            Method::POST,
-            "/api/v1/agents",
-            None,
-            None,
-            Some(json!({"name": "x", "type": "HUMAN"})),
-        )
+        .register_legacy(json!({"name": "x", "type": "HUMAN"}))
         .await;
     bad.assert_envelope(422);
 
@@ -187,9 +170,7 @@ async fn legacy_agent_registration_token_works_everywhere() {
     // Token management, and a rotated legacy token stays a legacy token.
     let list = app.get("/api/v1/me/tokens", Some(&token)).await;
     assert_eq!(list.status, 200, "{}", list.text);
-    let rotated = app
-        .send(Method::POST, "/api/v1/me/tokens", Some(&token), None, None)
-        .await;
+    let rotated = app.post_empty("/api/v1/me/tokens", &token).await;
     assert_eq!(rotated.status, 201, "{}", rotated.text);
     let new_token = rotated.json["data"]["token"].as_str().unwrap();
     assert!(new_token.starts_with("oca_"), "{new_token}");
@@ -287,17 +268,7 @@ async fn an_invalid_token_on_a_public_get_is_401() {
 async fn revoked_token_is_refused_on_the_next_request() {
     let app = TestApp::spawn().await;
     let a = app.agent("a").await;
-    let second = app
-        .send(
-            Method::POST,
-            "/api/v1/me/tokens",
-            Some(&a.token),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(second.status, 201, "{}", second.text);
-    let second_token = second.json["data"]["token"].as_str().unwrap().to_owned();
+    let (second_token, _) = app.another_token(&a.token).await;
     let list = app.get("/api/v1/me/tokens", Some(&a.token)).await;
     let first_id = list.json["data"][0]["id"].as_i64().unwrap();
 
@@ -338,7 +309,7 @@ async fn revoked_token_is_refused_on_the_next_request() {
 #[tokio::test]
 async fn a_token_may_revoke_itself_and_is_refused_right_after() {
     let app = TestApp::spawn().await;
-    let r = register(&app, json!({"type": "AGENT", "name": "self"})).await;
+    let r = app.register(json!({"type": "AGENT", "name": "self"})).await;
     let token = r.json["data"]["token"].as_str().unwrap().to_owned();
     let token_id = r.json["data"]["token_id"].as_i64().unwrap();
     assert_eq!(app.get("/api/v1/me", Some(&token)).await.status, 200);
@@ -354,7 +325,7 @@ async fn revocation_on_one_instance_is_effective_on_another_at_once() {
     let app = TestApp::spawn().await;
     let other = app.another_instance();
     assert_ne!(app.addr, other.addr, "two servers");
-    let r = register(&app, json!({"type": "AGENT", "name": "a"})).await;
+    let r = app.register(json!({"type": "AGENT", "name": "a"})).await;
     let token = r.json["data"]["token"].as_str().unwrap().to_owned();
     let token_id = r.json["data"]["token_id"].as_i64().unwrap();
     // Both instances have verified (and cached) the token.
@@ -371,18 +342,7 @@ async fn revocation_on_one_instance_is_effective_on_another_at_once() {
 async fn rotating_keeps_the_current_token_valid() {
     let app = TestApp::spawn().await;
     let a = app.agent("a").await;
-    let rotated = app
-        .send(
-            Method::POST,
-            "/api/v1/me/tokens",
-            Some(&a.token),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(rotated.status, 201, "{}", rotated.text);
-    let new_token = rotated.json["data"]["token"].as_str().unwrap().to_owned();
-    let new_id = rotated.json["data"]["token_id"].as_i64().unwrap();
+    let (new_token, new_id) = app.another_token(&a.token).await;
     assert!(new_token.starts_with("occ_"));
     assert_ne!(new_token, a.token);
 
@@ -407,7 +367,7 @@ async fn rotating_keeps_the_current_token_valid() {
 async fn a_token_of_another_contributor_cannot_be_revoked() {
     let app = TestApp::spawn().await;
     let a = app.agent("a").await;
-    let b = register(&app, json!({"type": "AGENT", "name": "b"})).await;
+    let b = app.register(json!({"type": "AGENT", "name": "b"})).await;
     let b_token = b.json["data"]["token"].as_str().unwrap().to_owned();
     let b_token_id = b.json["data"]["token_id"].as_i64().unwrap();
 

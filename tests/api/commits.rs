@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use crate::harness::{sql_i64, TestApp};
+use crate::work::release;
 
 /// Sixteen agents create tasks in one orbit while its row is locked elsewhere: the
 /// first write waits on the lock, the other fifteen queue behind it and then commit
@@ -137,13 +138,7 @@ async fn without_quick_writes_the_lease_cycle_runs_in_write_groups() {
     let (lease, version) = crate::work::lease(&app, who, task, 60).await;
     let cp = crate::work::checkpoint(&app, who, task, version, json!({"n": 1})).await;
     assert_eq!(cp.status, 201, "{}", cp.text);
-    let rel = app
-        .post_keyed(
-            &format!("/api/v1/leases/{lease}/release"),
-            &who.token,
-            json!({"lease_version": version}),
-        )
-        .await;
+    let rel = release(&app, who, lease, version).await;
     assert_eq!(rel.status, 200, "{}", rel.text);
     let [quick, groups, writes] = app
         .metrics([

@@ -8,6 +8,11 @@ use crate::harness::TestApp;
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
+/// How many orbits the database holds.
+fn orbits_stored(app: &TestApp) -> i64 {
+    crate::harness::sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM orbits")
+}
+
 #[tokio::test]
 async fn malformed_json_is_422_in_the_envelope() {
     let app = TestApp::spawn().await;
@@ -23,31 +28,15 @@ async fn malformed_json_is_422_in_the_envelope() {
     ];
     for body in bodies {
         let r = app
-            .send_raw(
-                Method::POST,
-                "/api/v1/orbits",
-                Some(&a.token),
-                &[JSON],
-                Some(body.to_vec()),
-            )
+            .post_raw("/api/v1/orbits", Some(&a.token), &[JSON], body.to_vec())
             .await;
         r.assert_envelope(422);
     }
     let r = app
-        .send_raw(
-            Method::POST,
-            "/api/v1/contributors",
-            None,
-            &[JSON],
-            Some(b"{".to_vec()),
-        )
+        .post_raw("/api/v1/contributors", None, &[JSON], b"{".to_vec())
         .await;
     r.assert_error(422, "malformed_json");
-    let mut conn = app.db.conn();
-    assert_eq!(
-        crate::harness::sql_i64(&mut conn, "SELECT count(*) AS n FROM orbits"),
-        0
-    );
+    assert_eq!(orbits_stored(&app), 0);
 }
 
 #[tokio::test]
@@ -61,34 +50,26 @@ async fn a_body_without_a_json_content_type_is_422() {
         vec![],
     ] {
         let r = app
-            .send_raw(
-                Method::POST,
-                "/api/v1/orbits",
-                Some(&a.token),
-                &headers,
-                Some(body.clone()),
-            )
+            .post_raw("/api/v1/orbits", Some(&a.token), &headers, body.clone())
             .await;
         r.assert_envelope(422);
     }
     let r = app
-        .send_raw(
-            Method::POST,
+        .post_raw(
             "/api/v1/contributors",
             None,
             &[("content-type", "text/plain")],
-            Some(br#"{"type": "AGENT", "name": "n"}"#.to_vec()),
+            br#"{"type": "AGENT", "name": "n"}"#.to_vec(),
         )
         .await;
     r.assert_error(422, "unsupported_content_type");
     // With a charset parameter it is still JSON.
     let r = app
-        .send_raw(
-            Method::POST,
+        .post_raw(
             "/api/v1/orbits",
             Some(&a.token),
             &[("content-type", "application/json; charset=utf-8")],
-            Some(body),
+            body,
         )
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
@@ -108,13 +89,7 @@ async fn an_unknown_body_field_is_422_naming_it() {
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["owner"].is_array(), "{}", r.text);
     let r = app
-        .send(
-            Method::POST,
-            "/api/v1/contributors",
-            None,
-            None,
-            Some(json!({"type": "AGENT", "name": "n", "admin": true})),
-        )
+        .register(json!({"type": "AGENT", "name": "n", "admin": true}))
         .await;
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["admin"].is_array(), "{}", r.text);
@@ -130,24 +105,14 @@ async fn a_missing_or_mistyped_field_is_422_naming_it() {
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["name"].is_array(), "{}", r.text);
     // An absent body is `{}`: every required field is missing.
-    let r = app
-        .send(Method::POST, "/api/v1/orbits", Some(&a.token), None, None)
-        .await;
+    let r = app.post_empty("/api/v1/orbits", &a.token).await;
     r.assert_error(422, "validation_failed");
     let r = app
         .post("/api/v1/orbits", &a.token, json!({"slug": 5, "name": "n"}))
         .await;
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["slug"].is_array(), "{}", r.text);
-    let r = app
-        .send(
-            Method::POST,
-            "/api/v1/contributors",
-            None,
-            None,
-            Some(json!({"name": "n"})),
-        )
-        .await;
+    let r = app.register(json!({"name": "n"})).await;
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["type"].is_array(), "{}", r.text);
 }
@@ -261,20 +226,10 @@ async fn a_body_over_256_kib_is_413_in_the_envelope() {
         "x".repeat(300 * 1024)
     );
     let r = app
-        .send_raw(
-            Method::POST,
-            "/api/v1/orbits",
-            Some(&a.token),
-            &[JSON],
-            Some(big.into_bytes()),
-        )
+        .post_raw("/api/v1/orbits", Some(&a.token), &[JSON], big.into_bytes())
         .await;
     r.assert_error(413, "payload_too_large");
-    let mut conn = app.db.conn();
-    assert_eq!(
-        crate::harness::sql_i64(&mut conn, "SELECT count(*) AS n FROM orbits"),
-        0
-    );
+    assert_eq!(orbits_stored(&app), 0);
 }
 
 #[tokio::test]
@@ -313,80 +268,31 @@ async fn a_bad_body_never_hides_401_404_or_403() {
         .as_i64()
         .unwrap();
     let bad = json!({"unknown_field": true});
-    // No token: 401, whatever the body.
-    app.send(
-        Method::POST,
-        "/api/v1/orbits",
-        None,
-        None,
-        Some(bad.clone()),
-    )
-    .await
-    .assert_error(401, "unauthorized");
-    app.send(
-        Method::POST,
-        &format!("/api/v1/tasks/{task}/leases"),
-        None,
-        Some("k"),
-        Some(bad.clone()),
-    )
-    .await
-    .assert_error(401, "unauthorized");
-    // Unknown objects: 404 before the body is judged.
-    app.send(
-        Method::POST,
-        "/api/v1/tasks/999999/leases",
-        Some(&owner.token),
-        Some("k"),
-        Some(bad.clone()),
-    )
-    .await
-    .assert_error(404, "not_found");
-    app.send(
-        Method::PUT,
-        "/api/v1/orbits/nope/members/1",
-        Some(&owner.token),
-        None,
-        Some(json!({"role": "KING"})),
-    )
-    .await
-    .assert_error(404, "not_found");
-    app.send(
-        Method::POST,
-        "/api/v1/handoffs/999999/accept",
-        Some(&owner.token),
-        Some("k"),
-        Some(bad.clone()),
-    )
-    .await
-    .assert_error(404, "not_found");
-    // Not a member: 403 before the body is judged.
-    app.send(
-        Method::POST,
-        &format!("/api/v1/tasks/{task}/checkpoints"),
-        Some(&outsider.token),
-        Some("k"),
-        Some(bad.clone()),
-    )
-    .await
-    .assert_error(403, "not_a_member");
-    app.send(
-        Method::POST,
-        &format!("/api/v1/orbits/{orbit}/tasks"),
-        Some(&outsider.token),
-        Some("k"),
-        Some(bad.clone()),
-    )
-    .await
-    .assert_error(403, "not_a_member");
-    // A member with a bad body and no key: 422 for the body before the key.
-    app.send(
-        Method::POST,
-        &format!("/api/v1/tasks/{task}/leases"),
-        Some(&owner.token),
-        None,
-        Some(bad),
-    )
-    .await
-    .assert_error(422, "validation_failed");
+    let (tasks, leases) = (
+        format!("/api/v1/orbits/{orbit}/tasks"),
+        format!("/api/v1/tasks/{task}/leases"),
+    );
+    let checkpoints = format!("/api/v1/tasks/{task}/checkpoints");
+    let (owner, outsider) = (Some(owner.token.as_str()), Some(outsider.token.as_str()));
+    let role = json!({"role": "KING"});
+    #[rustfmt::skip]
+    let cases = [
+        // No token: 401, whatever the body.
+        (Method::POST, "/api/v1/orbits", None, None, &bad, 401, "unauthorized"),
+        (Method::POST, &leases, None, Some("k"), &bad, 401, "unauthorized"),
+        // Unknown objects: 404 before the body is judged.
+        (Method::POST, "/api/v1/tasks/999999/leases", owner, Some("k"), &bad, 404, "not_found"),
+        (Method::PUT, "/api/v1/orbits/nope/members/1", owner, None, &role, 404, "not_found"),
+        (Method::POST, "/api/v1/handoffs/999999/accept", owner, Some("k"), &bad, 404, "not_found"),
+        // Not a member: 403 before the body is judged.
+        (Method::POST, &checkpoints, outsider, Some("k"), &bad, 403, "not_a_member"),
+        (Method::POST, &tasks, outsider, Some("k"), &bad, 403, "not_a_member"),
+        // A member with a bad body and no key: 422 for the body before the key.
+        (Method::POST, &leases, owner, None, &bad, 422, "validation_failed"),
+    ];
+    for (method, path, token, key, body, status, code) in cases {
+        app.send(method, path, token, key, Some(body.clone()))
+            .await
+            .assert_error(status, code);
+    }
 }

@@ -5,7 +5,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::harness::{Agent, Resp, TestApp};
-use crate::work::{acquire, checkpoint, crew, lease, outlive, task};
+use crate::work::{
+    acquire, changes, checkpoint, crew, fence, last_change, lease, outlive, release, task,
+};
 
 async fn offer(app: &TestApp, giver: &Agent, task: i64, body: Value) -> Resp {
     app.post_keyed(
@@ -87,13 +89,9 @@ async fn drafter_hands_the_plan_to_the_reviewer_and_cannot_write_it_again() {
     )
     .await
     .assert_error(409, "handed_off");
-    app.post(
-        &format!("/api/v1/tasks/{t}/fence"),
-        &drafter.token,
-        json!({"lease_version": v1}),
-    )
-    .await
-    .assert_error(409, "handed_off");
+    fence(&app, drafter, t, v1)
+        .await
+        .assert_error(409, "handed_off");
 
     // The reviewer finds it in its inbox and accepts with a 600 s lease.
     let r = app
@@ -142,15 +140,8 @@ async fn drafter_hands_the_plan_to_the_reviewer_and_cannot_write_it_again() {
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(r.json["data"]["author"]["id"], reviewer.id);
 
-    let feed = app
-        .get(
-            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
-            None,
-        )
-        .await;
-    let accepted = feed.json["data"]
-        .as_array()
-        .unwrap()
+    let accepted = changes(&app, c.orbit)
+        .await
         .iter()
         .find(|c| c["kind"] == "handoff.accepted")
         .unwrap()
@@ -246,45 +237,31 @@ async fn accept_replays_with_the_same_key_and_refuses_another_body() {
     let r = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": taker.id, "message": "m"})).await;
     let h = r.json["data"]["id"].as_i64().unwrap();
     let path = format!("/api/v1/handoffs/{h}/accept");
-    let first = app
-        .send(
+    let accept_once = || {
+        app.send(
             Method::POST,
             &path,
             Some(&taker.token),
             Some("accept-1"),
             None,
         )
-        .await;
+    };
+    let first = accept_once().await;
     assert_eq!(first.status, 200, "{}", first.text);
-    let again = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&taker.token),
-            Some("accept-1"),
-            None,
-        )
-        .await;
+    let again = accept_once().await;
     assert_eq!(again.status, 200);
     assert_eq!(again.bytes, first.bytes);
     assert_eq!(again.header("idempotency-replayed"), Some("true"));
     // An empty body and {} are the same request; a different body is not.
     let same = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&taker.token),
-            Some("accept-1"),
-            Some(json!({})),
-        )
+        .post_with_key(&path, &taker.token, "accept-1", json!({}))
         .await;
     assert_eq!(same.status, 200);
-    app.send(
-        Method::POST,
+    app.post_with_key(
         &path,
-        Some(&taker.token),
-        Some("accept-1"),
-        Some(json!({"duration_seconds": 900})),
+        &taker.token,
+        "accept-1",
+        json!({"duration_seconds": 900}),
     )
     .await
     .assert_error(409, "idempotency_key_reused");
@@ -304,9 +281,7 @@ async fn accept_replays_with_the_same_key_and_refuses_another_body() {
     accept(&app, taker, h, Some(json!({"duration_seconds": 7200})))
         .await
         .assert_error(422, "validation_failed");
-    let r = app
-        .send(Method::POST, &path, Some(&taker.token), None, None)
-        .await;
+    let r = app.post_empty(&path, &taker.token).await;
     r.assert_error(422, "idempotency_key_required");
     let r = app.send(Method::POST, &path, None, Some("k"), None).await;
     r.assert_error(401, "unauthorized");
@@ -358,24 +333,12 @@ async fn decline_and_withdraw_unfence_the_giver_and_happen_once() {
     .assert_error(403, "not_giver");
     let path = format!("/api/v1/handoffs/{h1}/decline");
     let r = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&taker.token),
-            Some("dec-1"),
-            Some(json!({"reason": "busy"})),
-        )
+        .post_with_key(&path, &taker.token, "dec-1", json!({"reason": "busy"}))
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["data"]["status"], "DECLINED");
     let replay = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&taker.token),
-            Some("dec-1"),
-            Some(json!({"reason": "busy"})),
-        )
+        .post_with_key(&path, &taker.token, "dec-1", json!({"reason": "busy"}))
         .await;
     assert_eq!(replay.bytes, r.bytes);
     app.post_keyed(&path, &taker.token, json!({}))
@@ -390,13 +353,7 @@ async fn decline_and_withdraw_unfence_the_giver_and_happen_once() {
         .as_i64()
         .unwrap();
     // A giver cannot lift its own fence by releasing and re-acquiring.
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/leases/{lease_id}/release"),
-            &giver.token,
-            json!({"lease_version": v}),
-        )
-        .await;
+    let r = release(&app, giver, lease_id, v).await;
     assert_eq!(r.status, 200, "release stays allowed: {}", r.text);
     acquire(&app, giver, t, json!({}))
         .await
@@ -425,12 +382,7 @@ async fn acquiring_supersedes_a_pending_handoff_that_reserved_nothing() {
         .unwrap();
     let h = offer(&app, giver, t, json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": named.id, "message": "m"}))
         .await.json["data"]["id"].as_i64().unwrap();
-    app.post_keyed(
-        &format!("/api/v1/leases/{lease_id}/release"),
-        &giver.token,
-        json!({"lease_version": v}),
-    )
-    .await;
+    release(&app, giver, lease_id, v).await;
     let r = acquire(&app, other, t, json!({})).await;
     assert_eq!(r.status, 201, "{}", r.text);
     let r = app.get(&format!("/api/v1/handoffs/{h}"), None).await;
@@ -505,18 +457,7 @@ async fn removing_a_member_ends_its_lease_and_supersedes_its_handoffs() {
             .json["data"]["end_reason"],
         "MEMBER_REMOVED"
     );
-    let feed = app
-        .get(
-            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
-            None,
-        )
-        .await;
-    let last = feed.json["data"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_change(&app, c.orbit).await;
     assert_eq!(last["kind"], "member.removed");
     assert!(
         last["summary"]

@@ -8,7 +8,7 @@
 //! processes that died are removed by the next run. Runs never share a cluster.
 //! The cluster, the template and the databases come from `orbit_commons::testkit`
 //! (shared with the reliability tests and the bench); this file adds the in-process
-//! app and the HTTP helpers.
+//! app and the HTTP helpers, and [`Remote`] for a service running as its own process.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -234,6 +234,18 @@ impl TestApp {
         Resp::from(req.send().await.expect("request sent")).await
     }
 
+    /// POSTs raw body bytes with extra headers (no Content-Type unless given).
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: impl Into<Vec<u8>>,
+    ) -> Resp {
+        self.send_raw(Method::POST, path, token, headers, Some(body.into()))
+            .await
+    }
+
     pub async fn put(&self, path: &str, token: &str, body: Value) -> Resp {
         self.send(Method::PUT, path, Some(token), None, Some(body))
             .await
@@ -253,6 +265,17 @@ impl TestApp {
             .await
     }
 
+    /// POST with this Idempotency-Key.
+    pub async fn post_with_key(&self, path: &str, token: &str, key: &str, body: Value) -> Resp {
+        self.send(Method::POST, path, Some(token), Some(key), Some(body))
+            .await
+    }
+
+    /// POST without a body or a key.
+    pub async fn post_empty(&self, path: &str, token: &str) -> Resp {
+        self.send(Method::POST, path, Some(token), None, None).await
+    }
+
     /// POST with a fresh Idempotency-Key.
     pub async fn post_keyed(&self, path: &str, token: &str, body: Value) -> Resp {
         let key = uuid::Uuid::new_v4().to_string();
@@ -260,16 +283,34 @@ impl TestApp {
             .await
     }
 
+    /// Issues another token to the holder of `token`; returns (token, token id).
+    pub async fn another_token(&self, token: &str) -> (String, i64) {
+        let r = self
+            .send(Method::POST, "/api/v1/me/tokens", Some(token), None, None)
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        (
+            r.json["data"]["token"].as_str().expect("token").to_owned(),
+            r.json["data"]["token_id"].as_i64().expect("token id"),
+        )
+    }
+
+    /// Registers a contributor described by `body` (no token).
+    pub async fn register(&self, body: Value) -> Resp {
+        self.send(Method::POST, "/api/v1/contributors", None, None, Some(body))
+            .await
+    }
+
+    /// Registers through the legacy agent route (`/api/v1/agents`, no token).
+    pub async fn register_legacy(&self, body: Value) -> Resp {
+        self.send(Method::POST, "/api/v1/agents", None, None, Some(body))
+            .await
+    }
+
     /// Registers an agent; returns (contributor id, token).
     pub async fn agent(&self, name: &str) -> Agent {
         let r = self
-            .send(
-                Method::POST,
-                "/api/v1/contributors",
-                None,
-                None,
-                Some(json!({"type": "AGENT", "name": name, "model_claim": "test-model"})),
-            )
+            .register(json!({"type": "AGENT", "name": name, "model_claim": "test-model"}))
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
         Agent {
@@ -315,11 +356,7 @@ impl Drop for TestApp {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct Agent {
-    pub id: i64,
-    pub token: String,
-}
+pub use orbit_commons::testkit::Agent;
 
 /// A response with its body read.
 #[derive(Debug, Clone)]
@@ -345,6 +382,15 @@ impl Resp {
             text,
             json,
         }
+    }
+
+    /// Asserts a 201 and returns the created object's `data.id`.
+    #[track_caller]
+    pub fn created_id(&self) -> i64 {
+        assert_eq!(self.status, StatusCode::CREATED, "{}", self.text);
+        self.json["data"]["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no data.id: {}", self.text))
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -466,5 +512,64 @@ impl RowLock {
         self.conn
             .batch_execute("COMMIT")
             .expect("release the row lock");
+    }
+}
+
+/// A client of a service running as its own process (`testkit::Service`), with the
+/// first steps of every story told against one: register, open an orbit, join it.
+pub struct Remote {
+    pub client: reqwest::Client,
+    pub base: String,
+}
+
+impl Remote {
+    pub fn new(client: reqwest::Client, base: String) -> Remote {
+        Remote { client, base }
+    }
+
+    /// Registers an agent.
+    pub async fn register(&self, name: &str) -> Agent {
+        let r: Value = self
+            .client
+            .post(format!("{}/api/v1/contributors", self.base))
+            .json(&json!({"type": "AGENT", "name": name}))
+            .send()
+            .await
+            .expect("register")
+            .json()
+            .await
+            .expect("json");
+        Agent {
+            id: r["data"]["contributor"]["id"].as_i64().expect("id"),
+            token: r["data"]["token"].as_str().expect("token").to_owned(),
+        }
+    }
+
+    /// Creates an orbit owned by `owner`; returns its id.
+    pub async fn orbit(&self, owner: &Agent, slug: &str) -> i64 {
+        let r: Value = self
+            .client
+            .post(format!("{}/api/v1/orbits", self.base))
+            .bearer_auth(&owner.token)
+            .json(&json!({"slug": slug, "name": slug}))
+            .send()
+            .await
+            .expect("orbit")
+            .json()
+            .await
+            .expect("json");
+        r["data"]["id"].as_i64().expect("orbit id")
+    }
+
+    /// `who` joins the orbit.
+    pub async fn join(&self, who: &Agent, orbit: i64) {
+        let r = self
+            .client
+            .post(format!("{}/api/v1/orbits/{orbit}/join", self.base))
+            .bearer_auth(&who.token)
+            .send()
+            .await
+            .expect("join");
+        assert_eq!(r.status(), StatusCode::CREATED);
     }
 }

@@ -6,7 +6,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::harness::TestApp;
-use crate::work::{acquire, checkpoint, crew, lease, orbit_revision, outlive, task};
+use crate::work::{
+    acquire, checkpoint, crew, fence, last_change, lease, orbit_revision, outlive, release, task,
+};
 
 #[tokio::test]
 async fn full_lease_lifecycle_acquire_checkpoint_renew_release_complete() {
@@ -65,13 +67,7 @@ async fn full_lease_lifecycle_acquire_checkpoint_renew_release_complete() {
     r.assert_error(409, "lease_already_held");
     assert_eq!(r.json["details"]["lease_id"], lease_id);
 
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/leases/{lease_id}/release"),
-            &a.token,
-            json!({"lease_version": 1}),
-        )
-        .await;
+    let r = release(&app, a, lease_id, 1).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.json["data"]["released_at"].is_string());
     assert_eq!(r.json["data"]["end_reason"], "RELEASED");
@@ -149,18 +145,7 @@ async fn zombie_holder_can_never_write_after_its_lease_was_reissued() {
     let r = acquire(&app, b, t, json!({})).await;
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(r.json["data"]["lease_version"], 2);
-    let feed = app
-        .get(
-            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
-            None,
-        )
-        .await;
-    let last = feed.json["data"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_change(&app, c.orbit).await;
     assert_eq!(last["kind"], "lease.acquired");
     assert!(
         last["summary"]
@@ -188,13 +173,9 @@ async fn zombie_holder_can_never_write_after_its_lease_was_reissued() {
     )
     .await
     .assert_error(409, "stale_lease_version");
-    app.post_keyed(
-        &format!("/api/v1/leases/{a_lease}/release"),
-        &a.token,
-        json!({"lease_version": v1}),
-    )
-    .await
-    .assert_error(409, "stale_lease_version");
+    release(&app, a, a_lease, v1)
+        .await
+        .assert_error(409, "stale_lease_version");
     assert_eq!(
         orbit_revision(&app, c.orbit).await,
         before,
@@ -252,25 +233,13 @@ async fn replayed_acquire_after_the_lease_changed_hands_returns_the_original() {
     let t = task(&app, a, c.orbit, "t").await;
     let path = format!("/api/v1/tasks/{t}/leases");
     let first = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&a.token),
-            Some("acq-1"),
-            Some(json!({"duration_seconds": 1})),
-        )
+        .post_with_key(&path, &a.token, "acq-1", json!({"duration_seconds": 1}))
         .await;
     assert_eq!(first.status, 201);
     outlive(1).await;
     lease(&app, b, t, 900).await;
     let again = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&a.token),
-            Some("acq-1"),
-            Some(json!({"duration_seconds": 1})),
-        )
+        .post_with_key(&path, &a.token, "acq-1", json!({"duration_seconds": 1}))
         .await;
     assert_eq!(again.status, 201);
     assert_eq!(
@@ -280,13 +249,7 @@ async fn replayed_acquire_after_the_lease_changed_hands_returns_the_original() {
     assert_eq!(again.header("idempotency-replayed"), Some("true"));
     // A new key is a new intent: now it conflicts.
     let fresh = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&a.token),
-            Some("acq-2"),
-            Some(json!({"duration_seconds": 1})),
-        )
+        .post_with_key(&path, &a.token, "acq-2", json!({"duration_seconds": 1}))
         .await;
     fresh.assert_error(409, "lease_conflict");
 }
@@ -298,13 +261,7 @@ async fn renew_after_expiry_is_lease_expired_and_fence_says_so() {
     let a = &c.members[0];
     let t = task(&app, a, c.orbit, "t").await;
     let (lease_id, v) = lease(&app, a, t, 1).await;
-    let r = app
-        .post(
-            &format!("/api/v1/tasks/{t}/fence"),
-            &a.token,
-            json!({"lease_version": v}),
-        )
-        .await;
+    let r = fence(&app, a, t, v).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["data"]["verdict"], "PROCEED");
     assert_eq!(r.json["data"]["lease_id"], lease_id);
@@ -319,13 +276,9 @@ async fn renew_after_expiry_is_lease_expired_and_fence_says_so() {
     checkpoint(&app, a, t, v, json!({}))
         .await
         .assert_error(409, "lease_expired");
-    app.post(
-        &format!("/api/v1/tasks/{t}/fence"),
-        &a.token,
-        json!({"lease_version": v}),
-    )
-    .await
-    .assert_error(409, "lease_expired");
+    fence(&app, a, t, v)
+        .await
+        .assert_error(409, "lease_expired");
 }
 
 #[tokio::test]
@@ -338,31 +291,12 @@ async fn fence_check_is_never_replayed_even_with_a_key() {
     let path = format!("/api/v1/tasks/{t}/fence");
     let body = json!({"lease_version": v});
     let r = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&a.token),
-            Some("fence-key"),
-            Some(body.clone()),
-        )
+        .post_with_key(&path, &a.token, "fence-key", body.clone())
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let rev = orbit_revision(&app, c.orbit).await;
-    app.post_keyed(
-        &format!("/api/v1/leases/{lease_id}/release"),
-        &a.token,
-        json!({"lease_version": v}),
-    )
-    .await;
-    let r = app
-        .send(
-            Method::POST,
-            &path,
-            Some(&a.token),
-            Some("fence-key"),
-            Some(body),
-        )
-        .await;
+    release(&app, a, lease_id, v).await;
+    let r = app.post_with_key(&path, &a.token, "fence-key", body).await;
     r.assert_error(409, "lease_released");
     assert!(r.header("idempotency-replayed").is_none());
     assert_eq!(
@@ -382,13 +316,9 @@ async fn another_members_version_is_lease_not_held() {
     checkpoint(&app, b, t, v, json!({}))
         .await
         .assert_error(409, "lease_not_held");
-    app.post(
-        &format!("/api/v1/tasks/{t}/fence"),
-        &b.token,
-        json!({"lease_version": v}),
-    )
-    .await
-    .assert_error(409, "lease_not_held");
+    fence(&app, b, t, v)
+        .await
+        .assert_error(409, "lease_not_held");
 }
 
 #[tokio::test]
@@ -407,13 +337,9 @@ async fn non_members_cannot_create_tasks_or_lease_them() {
     acquire(&app, &outsider, t, json!({}))
         .await
         .assert_error(403, "not_a_member");
-    app.post(
-        &format!("/api/v1/tasks/{t}/fence"),
-        &outsider.token,
-        json!({"lease_version": 1}),
-    )
-    .await
-    .assert_error(403, "not_a_member");
+    fence(&app, &outsider, t, 1)
+        .await
+        .assert_error(403, "not_a_member");
     // Reads stay public.
     assert_eq!(
         app.get(&format!("/api/v1/tasks/{t}"), None).await.status,
@@ -645,33 +571,37 @@ async fn a_lease_or_checkpoint_can_only_carry_its_own_tasks_orbit() {
     assert_eq!(r.status, 201, "{}", r.text);
     let mut conn = app.db.conn();
     use diesel::RunQueryDsl;
+    let mut assert_refused = |sql: String, what: &str, constraint: &str| {
+        let refused = diesel::sql_query(sql).execute(&mut conn);
+        let message = format!(
+            "{:?}",
+            refused.expect_err(&format!("a {what} in another orbit was stored"))
+        );
+        assert!(message.contains(constraint), "{message}");
+    };
     // The orbit column must be the task's orbit, not merely an existing orbit.
-    let refused = diesel::sql_query(format!(
-        "INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
-                             expires_at, released_at, end_reason) \
-         VALUES ({t}, {other}, {who}, 99, clock_timestamp() - interval '3 hours', \
-                 clock_timestamp() - interval '2 hours', clock_timestamp() - interval '2 hours', \
-                 'RELEASED')",
-        other = d.orbit,
-        who = a.id
-    ))
-    .execute(&mut conn);
-    let message = format!(
-        "{:?}",
-        refused.expect_err("a lease in another orbit was stored")
+    assert_refused(
+        format!(
+            "INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
+                                 expires_at, released_at, end_reason) \
+             VALUES ({t}, {other}, {who}, 99, clock_timestamp() - interval '3 hours', \
+                     clock_timestamp() - interval '2 hours', clock_timestamp() - interval '2 hours', \
+                     'RELEASED')",
+            other = d.orbit,
+            who = a.id
+        ),
+        "lease",
+        "leases_task_orbit_fkey",
     );
-    assert!(message.contains("leases_task_orbit_fkey"), "{message}");
-    let refused = diesel::sql_query(format!(
-        "INSERT INTO checkpoints (task_id, orbit_id, author_id, lease_version, sequence, \
-                                  summary, state, state_hash) \
-         VALUES ({t}, {other}, {who}, 1, 99, 's', '{{}}', 'h')",
-        other = d.orbit,
-        who = a.id
-    ))
-    .execute(&mut conn);
-    let message = format!(
-        "{:?}",
-        refused.expect_err("a checkpoint in another orbit was stored")
+    assert_refused(
+        format!(
+            "INSERT INTO checkpoints (task_id, orbit_id, author_id, lease_version, sequence, \
+                                      summary, state, state_hash) \
+             VALUES ({t}, {other}, {who}, 1, 99, 's', '{{}}', 'h')",
+            other = d.orbit,
+            who = a.id
+        ),
+        "checkpoint",
+        "checkpoints_task_orbit_fkey",
     );
-    assert!(message.contains("checkpoints_task_orbit_fkey"), "{message}");
 }

@@ -295,18 +295,7 @@ async fn list_cache_still_refuses_a_bad_token_on_a_cached_page() {
     let app = TestApp::spawn().await;
     let c = crew(&app, "tokens", 0).await;
     task(&app, &c.owner, c.orbit, "t").await;
-    let second = app
-        .send(
-            Method::POST,
-            "/api/v1/me/tokens",
-            Some(&c.owner.token),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(second.status, 201, "{}", second.text);
-    let spare = second.json["data"]["token"].as_str().unwrap().to_owned();
-    let spare_id = second.json["data"]["token_id"].as_i64().unwrap();
+    let (spare, spare_id) = app.another_token(&c.owner.token).await;
     let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
     // Cached, and read once with the token so its verification is cached too.
     let page = app.get(&path, None).await;

@@ -15,7 +15,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 
 use crate::harness::{Agent, TestApp};
-use crate::work::{crew, task};
+use crate::work::{changes, crew, task};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -122,8 +122,7 @@ async fn raw(app: &TestApp, auth: Option<&str>, message: Value) -> crate::harnes
         auth_value = a.to_owned();
         headers.push(("authorization", &auth_value));
     }
-    app.send_raw(Method::POST, "/mcp", None, &headers, Some(body))
-        .await
+    app.post_raw("/mcp", None, &headers, body).await
 }
 
 /// A refusal before any MCP message was read: HTTP 401 and a JSON-RPC error whose
@@ -477,15 +476,8 @@ async fn drafter_hands_off_to_reviewer_entirely_through_tools() {
             .and_then(|m| m.0.get("orbit-commons/idempotency-replayed")),
         Some(&json!(true))
     );
-    let changes = app
-        .get(
-            &format!("/api/v1/orbits/{}/changes?limit=500", c.orbit),
-            None,
-        )
-        .await;
-    let accepts = changes.json["data"]
-        .as_array()
-        .unwrap()
+    let accepts = changes(&app, c.orbit)
+        .await
         .iter()
         .filter(|ch| ch["kind"] == "handoff.accepted")
         .count();
@@ -566,12 +558,11 @@ async fn the_same_key_over_rest_and_mcp_is_one_request() {
     let t = task(&app, who, c.orbit, "one acquire").await;
     let k = key();
     let rest = app
-        .send(
-            Method::POST,
+        .post_with_key(
             &format!("/api/v1/tasks/{t}/leases"),
-            Some(&who.token),
-            Some(&k),
-            Some(json!({"duration_seconds": 600})),
+            &who.token,
+            &k,
+            json!({"duration_seconds": 600}),
         )
         .await;
     assert_eq!(rest.status, 201, "{}", rest.text);
@@ -603,12 +594,11 @@ async fn the_same_key_over_rest_and_mcp_is_one_request() {
     .await;
     let created = ok(&created);
     let rest = app
-        .send(
-            Method::POST,
+        .post_with_key(
             "/api/v1/orbits/mcp-keys/tasks",
-            Some(&who.token),
-            Some(&k),
-            Some(json!({"title": "made over MCP"})),
+            &who.token,
+            &k,
+            json!({"title": "made over MCP"}),
         )
         .await;
     assert_eq!(rest.status, 201, "{}", rest.text);

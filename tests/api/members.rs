@@ -1,7 +1,6 @@
 //! Orbit membership (contract section 4): the role rules, the last owner, and
 //! that every write shows up once in the change feed.
 
-use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::harness::{Agent, Resp, TestApp};
@@ -288,15 +287,7 @@ async fn any_member_may_remove_itself() {
         .await
         .assert_error(404, "not_found");
     // And the one who left may join again.
-    let r = app
-        .send(
-            Method::POST,
-            "/api/v1/orbits/exits/join",
-            Some(&c.token),
-            None,
-            None,
-        )
-        .await;
+    let r = app.post_empty("/api/v1/orbits/exits/join", &c.token).await;
     assert_eq!(r.status, 201, "{}", r.text);
 }
 
@@ -315,15 +306,7 @@ async fn every_membership_write_returns_its_revision_and_appears_in_the_feed() {
         )
         .await;
     let orbit = created.json["data"]["id"].as_i64().unwrap();
-    let joined = app
-        .send(
-            Method::POST,
-            "/api/v1/orbits/ledger/join",
-            Some(&b.token),
-            None,
-            None,
-        )
-        .await;
+    let joined = app.post_empty("/api/v1/orbits/ledger/join", &b.token).await;
     let added = put_role(&app, &owner, "ledger", c.id, "CONTRIBUTOR").await;
     let changed = put_role(&app, &owner, "ledger", c.id, "MAINTAINER").await;
     // Refused writes in between advance nothing.

@@ -27,14 +27,8 @@ async fn create(app: &TestApp, owner: &Agent, body: Value) -> Resp {
 }
 
 async fn join(app: &TestApp, agent: &Agent, orbit: &str) -> Resp {
-    app.send(
-        Method::POST,
-        &format!("/api/v1/orbits/{orbit}/join"),
-        Some(&agent.token),
-        None,
-        None,
-    )
-    .await
+    app.post_empty(&format!("/api/v1/orbits/{orbit}/join"), &agent.token)
+        .await
 }
 
 #[tokio::test]
@@ -309,17 +303,14 @@ async fn join_accepts_no_body_an_empty_body_and_an_empty_object_only() {
     let d = app.agent("d").await;
     let e = app.agent("e").await;
     let path = "/api/v1/orbits/bodies/join";
-    let r = app
-        .send_raw(Method::POST, path, Some(&b.token), &[], Some(Vec::new()))
-        .await;
+    let r = app.post_raw(path, Some(&b.token), &[], Vec::new()).await;
     assert_eq!(r.status, 201, "{}", r.text);
     let r = app
-        .send_raw(
-            Method::POST,
+        .post_raw(
             path,
             Some(&c.token),
             &[("content-type", "application/json")],
-            Some(Vec::new()),
+            Vec::new(),
         )
         .await;
     assert_eq!(r.status, 201, "{}", r.text);

@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::harness::TestApp;
-use crate::work::{crew, lease, task};
+use crate::work::{crew, lease, release, task};
 
 /// Sends a body with `Transfer-Encoding: chunked` over a raw connection; returns
 /// the response head.
@@ -51,12 +51,11 @@ async fn a_300_kib_body_is_413_with_or_without_content_length_and_writes_nothing
     let big = format!(r#"{{"slug": "big", "name": "{}"}}"#, "x".repeat(300 * 1024));
     // With Content-Length: refused before the body is read.
     let r = app
-        .send_raw(
-            Method::POST,
+        .post_raw(
             "/api/v1/orbits",
             Some(&a.token),
             &[("content-type", "application/json")],
-            Some(big.clone().into_bytes()),
+            big.clone().into_bytes(),
         )
         .await;
     r.assert_error(413, "payload_too_large");
@@ -138,13 +137,7 @@ async fn registration_is_limited_per_address_per_hour() {
     app.agent("one").await;
     app.agent("two").await;
     let r = app
-        .send(
-            Method::POST,
-            "/api/v1/contributors",
-            None,
-            None,
-            Some(json!({"type": "HUMAN", "name": "three"})),
-        )
+        .register(json!({"type": "HUMAN", "name": "three"}))
         .await;
     r.assert_error(429, "rate_limited");
     assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() > 60);
@@ -171,34 +164,20 @@ async fn metrics_count_requests_conflicts_replays_and_the_token_cache() {
     let t = task(&app, a, c.orbit, "t").await;
     lease(&app, a, t, 900).await;
     let path = format!("/api/v1/tasks/{t}/leases");
-    app.send(
-        Method::POST,
-        &path,
-        Some(&b.token),
-        Some("k1"),
-        Some(json!({})),
-    )
-    .await
-    .assert_error(409, "lease_conflict");
-    let first = app
-        .send(
-            Method::POST,
+    app.post_with_key(&path, &b.token, "k1", json!({}))
+        .await
+        .assert_error(409, "lease_conflict");
+    let create = || {
+        app.post_with_key(
             "/api/v1/orbits",
-            Some(&a.token),
-            Some("o1"),
-            Some(json!({"slug": "m2", "name": "m"})),
+            &a.token,
+            "o1",
+            json!({"slug": "m2", "name": "m"}),
         )
-        .await;
+    };
+    let first = create().await;
     assert_eq!(first.status, 201);
-    let again = app
-        .send(
-            Method::POST,
-            "/api/v1/orbits",
-            Some(&a.token),
-            Some("o1"),
-            Some(json!({"slug": "m2", "name": "m"})),
-        )
-        .await;
+    let again = create().await;
     assert_eq!(again.status, 201);
     let m = app.get("/metrics", None).await;
     assert_eq!(m.status, 200);
@@ -262,23 +241,8 @@ async fn no_log_line_ever_contains_a_token_or_its_hash() {
     let a = &c.members[0];
     let t = task(&app, a, c.orbit, "t").await;
     let (lease_id, v) = lease(&app, a, t, 900).await;
-    app.post_keyed(
-        &format!("/api/v1/leases/{lease_id}/release"),
-        &a.token,
-        json!({"lease_version": v}),
-    )
-    .await;
-    let rotated = app
-        .send(
-            Method::POST,
-            "/api/v1/me/tokens",
-            Some(&a.token),
-            None,
-            None,
-        )
-        .await;
-    let new_token = rotated.json["data"]["token"].as_str().unwrap().to_owned();
-    let token_id = rotated.json["data"]["token_id"].as_i64().unwrap();
+    release(&app, a, lease_id, v).await;
+    let (new_token, token_id) = app.another_token(&a.token).await;
     app.send(
         Method::DELETE,
         &format!("/api/v1/me/tokens/{token_id}"),

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::harness::{Agent, Resp, RowLock, TestApp};
@@ -32,8 +31,7 @@ fn assert_write_is_read_plus_revision(write: &Resp, read: &Resp) {
 }
 
 async fn keyed(app: &TestApp, who: &Agent, path: &str, key: &str, body: Value) -> Resp {
-    app.send(Method::POST, path, Some(&who.token), Some(key), Some(body))
-        .await
+    app.post_with_key(path, &who.token, key, body).await
 }
 
 #[tokio::test]
@@ -43,13 +41,7 @@ async fn quick_writes_answer_byte_for_byte_what_the_ordinary_reads_show() {
     // A name and no model claim that exercise the JSON escaping of the database's
     // rendering: quotes, a backslash, emoji, right-to-left text.
     let r = app
-        .send(
-            Method::POST,
-            "/api/v1/contributors",
-            None,
-            None,
-            Some(json!({"type": "AGENT", "name": "Zoë \"q\" \\ 🚀 مرحبا"})),
-        )
+        .register(json!({"type": "AGENT", "name": "Zoë \"q\" \\ 🚀 مرحبا"}))
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
     let a = Agent {
@@ -224,60 +216,27 @@ async fn refusals_decline_to_the_ordinary_path_and_change_nothing() {
     let before = quick_counts(&app).await;
 
     // Each refusal is decided and worded by the ordinary path.
-    keyed(
-        &app,
-        b,
-        &format!("/api/v1/tasks/{t}/leases"),
-        "b1",
-        json!({}),
-    )
-    .await
-    .assert_error(409, "lease_conflict");
-    keyed(
-        &app,
-        a,
-        &format!("/api/v1/tasks/{t}/leases"),
-        "a2",
-        json!({}),
-    )
-    .await
-    .assert_error(409, "lease_already_held");
-    keyed(
-        &app,
-        b,
-        &format!("/api/v1/tasks/{t}/checkpoints"),
-        "b2",
-        json!({"lease_version": 1, "summary": "zombie", "state": {}}),
-    )
-    .await
-    .assert_error(409, "lease_not_held");
-    keyed(
-        &app,
-        a,
-        &format!("/api/v1/tasks/{t}/checkpoints"),
-        "a3",
-        json!({"lease_version": 2, "summary": "future", "state": {}}),
-    )
-    .await
-    .assert_error(422, "lease_version_not_issued");
-    keyed(
-        &app,
-        b,
-        &format!("/api/v1/leases/{lease_id}/release"),
-        "b3",
-        json!({"lease_version": 1}),
-    )
-    .await
-    .assert_error(409, "lease_not_held");
-    keyed(
-        &app,
-        a,
-        &format!("/api/v1/leases/{lease_id}/release"),
-        "a4",
-        json!({"lease_version": 2}),
-    )
-    .await
-    .assert_error(422, "lease_version_not_issued");
+    let (leases, checkpoints) = (
+        format!("/api/v1/tasks/{t}/leases"),
+        format!("/api/v1/tasks/{t}/checkpoints"),
+    );
+    let release = format!("/api/v1/leases/{lease_id}/release");
+    let zombie = json!({"lease_version": 1, "summary": "zombie", "state": {}});
+    let future = json!({"lease_version": 2, "summary": "future", "state": {}});
+    #[rustfmt::skip]
+    let refusals = [
+        (b, &leases, "b1", json!({}), 409, "lease_conflict"),
+        (a, &leases, "a2", json!({}), 409, "lease_already_held"),
+        (b, &checkpoints, "b2", zombie, 409, "lease_not_held"),
+        (a, &checkpoints, "a3", future, 422, "lease_version_not_issued"),
+        (b, &release, "b3", json!({"lease_version": 1}), 409, "lease_not_held"),
+        (a, &release, "a4", json!({"lease_version": 2}), 422, "lease_version_not_issued"),
+    ];
+    for (who, path, key, body, status, code) in refusals {
+        keyed(&app, who, path, key, body)
+            .await
+            .assert_error(status, code);
+    }
     let outsider = app.agent("quick-outsider").await;
     app.get("/api/v1/me", Some(&outsider.token)).await;
     keyed(
@@ -299,17 +258,7 @@ async fn refusals_decline_to_the_ordinary_path_and_change_nothing() {
     assert_eq!(cps.json["data"], json!([]));
 
     // A token revoked after this instance verified it is refused on a quick write.
-    let second = app
-        .send(
-            Method::POST,
-            "/api/v1/me/tokens",
-            Some(&a.token),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(second.status, 201, "{}", second.text);
-    let second_token = second.json["data"]["token"].as_str().unwrap().to_owned();
+    let (second_token, _) = app.another_token(&a.token).await;
     let list = app.get("/api/v1/me/tokens", Some(&a.token)).await;
     let first_id = list.json["data"][0]["id"].as_i64().unwrap();
     let revoked = app
@@ -386,12 +335,11 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
     let first = {
         let (app, token) = (&app, c.owner.token.clone());
         async move {
-            app.send(
-                Method::POST,
+            app.post_with_key(
                 &format!("/api/v1/tasks/{blocker}/leases"),
-                Some(&token),
-                Some("blocked"),
-                Some(json!({})),
+                &token,
+                "blocked",
+                json!({}),
             )
             .await
         }
@@ -411,62 +359,27 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
         let send = |who: &Agent, path: String, key: &'static str, body: Value| {
             let token = who.token.clone();
             let app = &app;
-            async move {
-                app.send(Method::POST, &path, Some(&token), Some(key), Some(body))
-                    .await
-            }
+            async move { app.post_with_key(&path, &token, key, body).await }
         };
-        let queued = futures::future::join_all(vec![
-            Box::pin(send(
-                &m[0],
-                format!("/api/v1/tasks/{b_task}/checkpoints"),
-                "cp-b",
-                json!({"lease_version": 1, "summary": "in b", "state": {"b": 1}}),
-            ))
-                as std::pin::Pin<Box<dyn std::future::Future<Output = Resp> + Send + '_>>,
-            Box::pin(send(
-                &m[1],
-                format!("/api/v1/leases/{released}/release"),
-                "release",
-                json!({"lease_version": 1}),
-            )),
-            Box::pin(send(
-                &m[2],
-                format!("/api/v1/tasks/{checkpointed}/checkpoints"),
-                "cp-a",
-                json!({"lease_version": 1, "summary": "in a", "state": [1, 2]}),
-            )),
-            Box::pin(send(
-                &m[3],
-                format!("/api/v1/tasks/{held}/leases"),
-                "conflict",
-                json!({}),
-            )),
-            Box::pin(send(
-                &m[5],
-                format!("/api/v1/tasks/{contested}/leases"),
-                "contest",
-                json!({}),
-            )),
-            Box::pin(send(
-                &m[6],
-                format!("/api/v1/tasks/{contested}/leases"),
-                "contest",
-                json!({}),
-            )),
-            Box::pin(send(
-                &m[4],
-                format!("/api/v1/tasks/{dup}/leases"),
-                "twice",
-                json!({}),
-            )),
-            Box::pin(send(
-                &m[4],
-                format!("/api/v1/tasks/{dup}/leases"),
-                "twice",
-                json!({}),
-            )),
-        ]);
+        #[rustfmt::skip]
+        let writes = [
+            (&m[0], format!("/api/v1/tasks/{b_task}/checkpoints"), "cp-b",
+             json!({"lease_version": 1, "summary": "in b", "state": {"b": 1}})),
+            (&m[1], format!("/api/v1/leases/{released}/release"), "release",
+             json!({"lease_version": 1})),
+            (&m[2], format!("/api/v1/tasks/{checkpointed}/checkpoints"), "cp-a",
+             json!({"lease_version": 1, "summary": "in a", "state": [1, 2]})),
+            (&m[3], format!("/api/v1/tasks/{held}/leases"), "conflict", json!({})),
+            (&m[5], format!("/api/v1/tasks/{contested}/leases"), "contest", json!({})),
+            (&m[6], format!("/api/v1/tasks/{contested}/leases"), "contest", json!({})),
+            (&m[4], format!("/api/v1/tasks/{dup}/leases"), "twice", json!({})),
+            (&m[4], format!("/api/v1/tasks/{dup}/leases"), "twice", json!({})),
+        ];
+        let queued = futures::future::join_all(
+            writes
+                .into_iter()
+                .map(|(who, path, key, body)| send(who, path, key, body)),
+        );
         let release = async {
             let deadline = Instant::now() + Duration::from_secs(20);
             while app.metrics(["orbit_quick_writes_waiting"]).await != [8] {
@@ -603,12 +516,11 @@ async fn a_write_of_a_group_does_not_wait_for_a_lock_held_elsewhere() {
     let acquire = |who: &Agent, task: i64, key: &'static str| {
         let (app, token) = (&app, who.token.clone());
         async move {
-            app.send(
-                Method::POST,
+            app.post_with_key(
                 &format!("/api/v1/tasks/{task}/leases"),
-                Some(&token),
-                Some(key),
-                Some(json!({})),
+                &token,
+                key,
+                json!({}),
             )
             .await
         }

@@ -72,12 +72,7 @@ async fn fifty_concurrent_joins_yield_revisions_one_to_n_without_gap_or_repeat()
     let joiners = agents(&app, 50).await;
 
     let path = format!("/api/v1/orbits/{orbit}/join");
-    let responses = join_all(
-        joiners
-            .iter()
-            .map(|a| app.send(Method::POST, &path, Some(&a.token), None, None)),
-    )
-    .await;
+    let responses = join_all(joiners.iter().map(|a| app.post_empty(&path, &a.token))).await;
     let mut revisions: Vec<i64> = responses
         .iter()
         .map(|r| {
@@ -201,7 +196,7 @@ async fn revisions_are_counted_per_orbit() {
         people
             .iter()
             .enumerate()
-            .map(|(i, a)| app.send(Method::POST, &paths[i % 2], Some(&a.token), None, None)),
+            .map(|(i, a)| app.post_empty(&paths[i % 2], &a.token)),
     )
     .await;
     assert!(responses.iter().all(|r| r.status == 201));

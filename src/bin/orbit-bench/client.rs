@@ -182,11 +182,7 @@ impl Conn {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct Agent {
-    pub id: i64,
-    pub token: String,
-}
+pub use orbit_commons::testkit::Agent;
 
 /// A response: status, body, and whether it was an idempotent replay.
 pub struct Resp {

@@ -4,10 +4,9 @@
 //! arrival at the receiver minus the change's `created_at` (the database clock of
 //! the same machine), so it covers commit, wake-up, claim, signing and the POST.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use orbit_commons::actix_web::{self, web, App, HttpResponse, HttpServer};
+use orbit_commons::testkit::receiver::{Got, Receiver};
 use serde_json::{json, Value};
 
 use crate::client::{Api, Method};
@@ -15,84 +14,20 @@ use crate::scenarios::clients::write_mix_client;
 use crate::scenarios::measure::{measure, Rec, RunCfg};
 use crate::seed::World;
 
-#[derive(Default)]
-struct Arrivals(Mutex<Vec<(Instant, u32)>>);
-
-async fn receive(body: web::Bytes, arrivals: web::Data<Arrivals>) -> HttpResponse {
-    let now = Instant::now();
-    let latency_us = serde_json::from_slice::<Value>(&body)
+/// The delivery's latency: its arrival at the receiver minus the change's
+/// `created_at`, in µs (`u32::MAX` if the body names no time).
+fn latency_us(got: &Got) -> u32 {
+    serde_json::from_slice::<Value>(&got.body)
         .ok()
         .and_then(|v| {
             let at = v["data"]["created_at"].as_str()?.to_owned();
             chrono::DateTime::parse_from_rfc3339(&at).ok()
         })
         .map(|at| {
-            let ms = (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_microseconds();
-            ms.unwrap_or(0).clamp(0, u32::MAX as i64) as u32
+            let us = (got.at_wall - at.with_timezone(&chrono::Utc)).num_microseconds();
+            us.unwrap_or(0).clamp(0, u32::MAX as i64) as u32
         })
-        .unwrap_or(u32::MAX);
-    if let Ok(mut a) = arrivals.0.lock() {
-        a.push((now, latency_us));
-    }
-    HttpResponse::NoContent().finish()
-}
-
-/// The local receiver: an actix server on its own thread.
-struct Receiver {
-    url: String,
-    arrivals: Arc<Arrivals>,
-    handle: actix_web::dev::ServerHandle,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Receiver {
-    fn start() -> Result<Receiver, String> {
-        let arrivals = Arc::new(Arrivals::default());
-        let data = web::Data::from(arrivals.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            actix_web::rt::System::new().block_on(async move {
-                let server = HttpServer::new(move || {
-                    App::new()
-                        .app_data(data.clone())
-                        .default_service(web::to(receive))
-                })
-                .workers(1)
-                .shutdown_timeout(1)
-                .bind("127.0.0.1:0");
-                let server = match server {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                let addr = server.addrs()[0];
-                let server = server.run();
-                let _ = tx.send(Ok((addr, server.handle())));
-                let _ = server.await;
-            })
-        });
-        let (addr, handle) = rx
-            .recv()
-            .map_err(|e| format!("the webhook receiver did not start: {e}"))??;
-        Ok(Receiver {
-            url: format!("http://{addr}/hook"),
-            arrivals,
-            handle,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        // The stop command is sent when `stop` is called; its future only waits.
-        drop(self.handle.stop(false));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+        .unwrap_or(u32::MAX)
 }
 
 /// One row: `clients` writers (the write mix) in their own orbits, one webhook on
@@ -150,16 +85,10 @@ pub async fn run(
     // Deliveries still on their way at the window's end count only if they arrive
     // inside it: wait a moment, then read what arrived.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let arrivals = receiver
-        .arrivals
-        .0
-        .lock()
-        .map(|a| a.clone())
-        .unwrap_or_default();
-    for (at, latency_us) in arrivals {
+    for got in receiver.got() {
         rec.all += 1;
-        if at >= rec.window.from && at < rec.window.until {
-            rec.latencies_us.push(latency_us);
+        if got.at >= rec.window.from && got.at < rec.window.until {
+            rec.latencies_us.push(latency_us(&got));
         }
     }
     rec.errors = writes.errors;

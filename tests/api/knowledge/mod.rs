@@ -16,40 +16,24 @@ use crate::harness::{Agent, Resp, TestApp};
 use crate::work::{crew, lease, orbit_revision, task};
 
 async fn problem(app: &TestApp, who: &Agent, orbit: i64, title: &str) -> i64 {
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/orbits/{orbit}/problems"),
-            &who.token,
-            json!({"title": title, "statement": "why it matters"}),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    r.json["data"]["id"].as_i64().expect("problem id")
+    let path = format!("/api/v1/orbits/{orbit}/problems");
+    let body = json!({"title": title, "statement": "why it matters"});
+    app.post_keyed(&path, &who.token, body).await.created_id()
 }
 
 async fn contribute(app: &TestApp, who: &Agent, orbit: i64, body: Value) -> Resp {
-    app.post_keyed(
-        &format!("/api/v1/orbits/{orbit}/contributions"),
-        &who.token,
-        body,
-    )
-    .await
+    let path = format!("/api/v1/orbits/{orbit}/contributions");
+    app.post_keyed(&path, &who.token, body).await
 }
 
 /// Posts a contribution and returns its id.
 async fn contribution(app: &TestApp, who: &Agent, orbit: i64, body: Value) -> i64 {
-    let r = contribute(app, who, orbit, body).await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    r.json["data"]["id"].as_i64().expect("contribution id")
+    contribute(app, who, orbit, body).await.created_id()
 }
 
 async fn revise(app: &TestApp, who: &Agent, id: i64, body: Value) -> Resp {
-    app.post_keyed(
-        &format!("/api/v1/contributions/{id}/revisions"),
-        &who.token,
-        body,
-    )
-    .await
+    let path = format!("/api/v1/contributions/{id}/revisions");
+    app.post_keyed(&path, &who.token, body).await
 }
 
 async fn assess(app: &TestApp, who: &Agent, id: i64, n: i64, verdict: &str) -> Resp {
@@ -187,13 +171,7 @@ async fn memory_records_ignore_the_idempotency_key() {
     let mut ids = Vec::new();
     for _ in 0..2 {
         let r = app
-            .send(
-                Method::POST,
-                &path,
-                Some(&c.owner.token),
-                Some("same-key"),
-                Some(body.clone()),
-            )
+            .post_with_key(&path, &c.owner.token, "same-key", body.clone())
             .await;
         assert_eq!(r.status, 201, "{}", r.text);
         assert!(r.header("idempotency-replayed").is_none());

@@ -3,7 +3,6 @@
 use super::{artifact, assess, contribute, contribution, overview, problem, revise, verdicts};
 use crate::harness::TestApp;
 use crate::work::{crew, orbit_revision};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -310,29 +309,20 @@ async fn a_replayed_contribution_create_returns_the_same_bytes() {
     let c = crew(&app, "replay", 0).await;
     let path = format!("/api/v1/orbits/{}/contributions", c.orbit);
     let body = json!({"kind": "ATTEMPT", "title": "once", "body": "only once"});
-    let send = |body: Value| {
-        app.send(
-            Method::POST,
-            &path,
-            Some(&c.owner.token),
-            Some("create-once"),
-            Some(body),
-        )
-    };
+    let send = |body: Value| app.post_with_key(&path, &c.owner.token, "create-once", body);
     let first = send(body.clone()).await;
     assert_eq!(first.status, 201, "{}", first.text);
     let revision = orbit_revision(&app, c.orbit).await;
     // Key order and whitespace do not matter.
     let again = app
-        .send_raw(
-            Method::POST,
+        .post_raw(
             &path,
             Some(&c.owner.token),
             &[
                 ("Idempotency-Key", "create-once"),
                 ("Content-Type", "application/json"),
             ],
-            Some(br#"{ "body": "only once", "title": "once", "kind": "ATTEMPT" }"#.to_vec()),
+            br#"{ "body": "only once", "title": "once", "kind": "ATTEMPT" }"#.to_vec(),
         )
         .await;
     assert_eq!(again.status, 201, "{}", again.text);

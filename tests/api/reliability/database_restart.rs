@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::{Connection, PgConnection};
-use orbit_commons::testkit::{short_id, PrivateCluster, Service};
+use orbit_commons::testkit::{short_id, Service};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use super::fleet::{load_env, start_serve, with_setting};
+use super::fleet::{load_env, migrated_cluster, start_serve, with_setting};
 use super::load::{seed_small, Kind, Net};
 use crate::harness::sql_i64;
 
@@ -20,12 +20,7 @@ const DB_TIMEOUT_MS: u64 = 1000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_restart_gives_503_then_recovers() {
     let started = Instant::now();
-    let pg = PrivateCluster::start(
-        &std::path::Path::new("/tmp").join(format!("oc-rel-pg-{}", short_id())),
-    )
-    .expect("start a private PostgreSQL cluster");
-    let url = pg.url().to_owned();
-    orbit_commons::db::migrate(&url).expect("migrate the private cluster");
+    let (pg, url) = migrated_cluster("oc-rel-pg");
     let env = with_setting(load_env(&url), "ORBIT_DB_TIMEOUT_MS", DB_TIMEOUT_MS);
     let env = with_setting(env, "ORBIT_DB_POOL_SIZE", 4);
     let mut serve = start_serve(pg.dir(), "serve", &env).await;

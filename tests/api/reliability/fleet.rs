@@ -1,12 +1,13 @@
 //! The instances under test: `orbit-commons serve` processes (started and killed
-//! through the test kit) on one database, and one load test's whole setting.
+//! through the test kit) on one database, a migrated private cluster for the tests
+//! that stop the server, and one load test's whole setting.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use orbit_commons::testkit::process::Spawn;
-use orbit_commons::testkit::{Scratch, Service};
+use orbit_commons::testkit::{short_id, PrivateCluster, Scratch, Service};
 use tokio::task::JoinHandle;
 
 use super::audit::{audit, report, Audit};
@@ -56,6 +57,16 @@ pub async fn start_serve(log_dir: &Path, name: &str, env: &[(&str, String)]) -> 
     .await
     .unwrap_or_else(|e| panic!("{e}"))
     .tail_on_panic()
+}
+
+/// A private PostgreSQL cluster of this test under `/tmp/<prefix>-<id>` (for tests
+/// that stop, start or kill the server), migrated; with its URL. Removed when dropped.
+pub fn migrated_cluster(prefix: &str) -> (PrivateCluster, String) {
+    let dir = Path::new("/tmp").join(format!("{prefix}-{}", short_id()));
+    let pg = PrivateCluster::start(&dir).expect("start a private PostgreSQL cluster");
+    let url = pg.url().to_owned();
+    orbit_commons::db::migrate(&url).expect("migrate the private cluster");
+    (pg, url)
 }
 
 /// Three instances on one fresh database, with extra settings.

@@ -138,6 +138,29 @@ impl Net {
         }
     }
 
+    /// Registers the contributor `body` describes through the instance `home`;
+    /// returns its id and token.
+    pub async fn register(&self, home: &mut usize, body: &Value) -> (i64, String) {
+        let r = self
+            .call(
+                home,
+                Method::POST,
+                "/api/v1/contributors",
+                None,
+                None,
+                Some(body),
+            )
+            .await
+            .expect("register");
+        assert_eq!(r.status, 201, "{}", r.json);
+        (
+            r.json["data"]["contributor"]["id"]
+                .as_i64()
+                .expect("contributor id"),
+            r.json["data"]["token"].as_str().expect("token").to_owned(),
+        )
+    }
+
     /// Sends a request to the agent's home instance. A connection error or timeout
     /// moves the agent to the next instance and retries with the same key; 503, 5xx
     /// and 409 `idempotency_key_in_flight` retry with the same key after a pause.
@@ -470,24 +493,9 @@ pub async fn seed(net: &Net, seed: u64) -> (Vec<Worker>, World) {
         let net = net.clone();
         let mut home = i % n;
         async move {
-            let r = net
-                .call(
-                    &mut home,
-                    Method::POST,
-                    "/api/v1/contributors",
-                    None,
-                    None,
-                    Some(&json!({"type": "AGENT", "name": format!("rel-agent-{i}"), "model_claim": "test"})),
-                )
-                .await
-                .expect("register");
-            assert_eq!(r.status, 201, "{}", r.json);
-            (
-                r.json["data"]["contributor"]["id"]
-                    .as_i64()
-                    .expect("contributor id"),
-                r.json["data"]["token"].as_str().expect("token").to_owned(),
-            )
+            let body =
+                json!({"type": "AGENT", "name": format!("rel-agent-{i}"), "model_claim": "test"});
+            net.register(&mut home, &body).await
         }
     };
     let (seeder_id, seeder) = register(AGENTS).await;
@@ -598,20 +606,9 @@ pub async fn seed(net: &Net, seed: u64) -> (Vec<Worker>, World) {
 /// One agent, one orbit, one task (for the single-instance tests).
 pub async fn seed_small(net: &Net) -> (Vec<Worker>, World) {
     let mut home = 0;
-    let r = net
-        .call(
-            &mut home,
-            Method::POST,
-            "/api/v1/contributors",
-            None,
-            None,
-            Some(&json!({"type": "AGENT", "name": "rel-small"})),
-        )
-        .await
-        .expect("register");
-    assert_eq!(r.status, 201, "{}", r.json);
-    let id = r.json["data"]["contributor"]["id"].as_i64().expect("id");
-    let token = r.json["data"]["token"].as_str().expect("token").to_owned();
+    let (id, token) = net
+        .register(&mut home, &json!({"type": "AGENT", "name": "rel-small"}))
+        .await;
     let r = net
         .call(
             &mut home,

@@ -11,12 +11,12 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use orbit_commons::testkit::{short_id, PrivateCluster, Scratch};
+use orbit_commons::testkit::Scratch;
 use serde_json::{json, Value};
 
-use super::fleet::{load_env, start_serve};
+use super::fleet::{load_env, migrated_cluster, start_serve};
 use crate::harness::TestDb;
-use crate::webhooks::receiver::{Plan, Receiver};
+use orbit_commons::testkit::receiver::{Plan, Receiver};
 
 /// A client of one instance, with one token.
 struct Client {
@@ -86,7 +86,8 @@ async fn webhooks_survive_a_killed_delivering_instance() {
     let rx = Receiver::start_with(Plan {
         delay: Duration::from_millis(150),
         ..Plan::default()
-    });
+    })
+    .expect("start the webhook receiver");
     let client = Client::register(&bases[0]).await;
     let (status, orbit) = client
         .post(
@@ -148,7 +149,8 @@ async fn webhooks_survive_a_killed_delivering_instance() {
         .wait_for(Duration::from_secs(60), |g| {
             g.last().is_some_and(|l| l.revision() == last)
         })
-        .await;
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     // Let anything stray arrive before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got = if rx.count() > got.len() {
@@ -220,19 +222,14 @@ fn claimed_by(conn: &mut diesel::PgConnection) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_delivery_resumes_after_a_database_restart() {
-    let pg = PrivateCluster::start(
-        &std::path::Path::new("/tmp").join(format!("oc-rel-hookpg-{}", short_id())),
-    )
-    .expect("start a private PostgreSQL cluster");
-    let url = pg.url().to_owned();
-    orbit_commons::db::migrate(&url).expect("migrate the private cluster");
+    let (pg, url) = migrated_cluster("oc-rel-hookpg");
     let mut env = load_env(&url);
     env.push(("ORBIT_WEBHOOK_ALLOW_PRIVATE", "true".into()));
     env.push(("ORBIT_WEBHOOK_RETRY_BASE_MS", "100".into()));
     env.push(("ORBIT_DB_TIMEOUT_MS", "1000".into()));
     let mut serve = start_serve(pg.dir(), "serve", &env).await;
     let base = serve.base();
-    let rx = Receiver::start();
+    let rx = Receiver::start().expect("start the webhook receiver");
     let client = Client::register(&base).await;
     let (status, orbit) = client
         .post(
@@ -255,7 +252,9 @@ async fn webhook_delivery_resumes_after_a_database_restart() {
     for n in 0..3 {
         revisions.push(client.write(&base, orbit, n).await);
     }
-    rx.wait_for(Duration::from_secs(30), |g| g.len() >= 3).await;
+    rx.wait_for(Duration::from_secs(30), |g| g.len() >= 3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     tokio::task::block_in_place(|| pg.cluster().stop_now()).expect("stop PostgreSQL");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -273,7 +272,8 @@ async fn webhook_delivery_resumes_after_a_database_restart() {
         .wait_for(Duration::from_secs(30), |g| {
             g.last().is_some_and(|l| l.revision() == last)
         })
-        .await;
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let seen: Vec<i64> = got.iter().map(|g| g.revision()).collect();
     assert!(
         seen.windows(2).all(|w| w[0] <= w[1]),

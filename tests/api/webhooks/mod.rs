@@ -1,11 +1,9 @@
 //! Webhooks (contract section 15, issue 22) over real HTTP, delivered to a local
-//! receiver ([`receiver`]): signatures verified as a receiver would, revision
+//! receiver (`orbit_commons::testkit::receiver`): signatures verified as a receiver would, revision
 //! order, the kinds filter, retries with the same `webhook-id` after a 5xx and a
 //! timeout, disabling and enabling, another contributor's 404, a subscription
 //! deleted mid-delivery, URL safety, the limit and idempotent creation. The crash
 //! test is in `reliability::webhooks`.
-
-pub mod receiver;
 
 use std::time::Duration;
 
@@ -13,15 +11,21 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::harness::{sql_i64, Agent, TestApp};
-use receiver::{Plan, Receiver};
+use orbit_commons::testkit::receiver::{Plan, Receiver};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 /// An app whose webhooks may target the local receiver, with fast retries.
 async fn app() -> TestApp {
+    app_with(|_| {}).await
+}
+
+/// [`app`] with its configuration changed further by `tweak`.
+async fn app_with(tweak: impl FnOnce(&mut orbit_commons::config::Config)) -> TestApp {
     TestApp::spawn_with(|c| {
         c.webhook_allow_private = true;
         c.webhook_retry_base_ms = 50;
+        tweak(c);
     })
     .await
 }
@@ -89,7 +93,7 @@ async fn wait_webhook(
 #[tokio::test]
 async fn deliveries_are_signed_in_revision_order_with_the_change() {
     let app = app().await;
-    let rx = Receiver::start();
+    let rx = Receiver::start().expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "hooked").await;
     let hook = subscribe(
@@ -115,7 +119,10 @@ async fn deliveries_are_signed_in_revision_order_with_the_change() {
     for n in 0..6 {
         revisions.push(write(&app, &owner, orbit, n).await);
     }
-    let got = rx.wait_for(WAIT, |g| g.len() >= 6).await;
+    let got = rx
+        .wait_for(WAIT, |g| g.len() >= 6)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(got.len(), 6, "a change was sent twice: {got:?}");
     let seen: Vec<i64> = got.iter().map(|g| g.revision()).collect();
     assert_eq!(seen, revisions, "not in revision order");
@@ -169,8 +176,8 @@ async fn deliveries_are_signed_in_revision_order_with_the_change() {
 #[tokio::test]
 async fn the_kinds_filter_sends_exact_kinds_and_prefixes_only() {
     let app = app().await;
-    let rx_exact = Receiver::start();
-    let rx_prefix = Receiver::start();
+    let rx_exact = Receiver::start().expect("start the webhook receiver");
+    let rx_prefix = Receiver::start().expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let member = app.agent("member").await;
     let orbit = app.orbit(&owner, "filtered").await;
@@ -198,10 +205,16 @@ async fn the_kinds_filter_sends_exact_kinds_and_prefixes_only() {
     assert_eq!(left.status, 200, "{}", left.text);
     let last = write(&app, &owner, orbit, 1).await; // neither
 
-    let prefix = rx_prefix.wait_for(WAIT, |g| g.len() >= 2).await;
+    let prefix = rx_prefix
+        .wait_for(WAIT, |g| g.len() >= 2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let kinds: Vec<Value> = prefix.iter().map(|g| g.json()["type"].clone()).collect();
     assert_eq!(kinds, vec![json!("member.added"), json!("member.removed")]);
-    let got = rx_exact.wait_for(WAIT, |g| !g.is_empty()).await;
+    let got = rx_exact
+        .wait_for(WAIT, |g| !g.is_empty())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(got[0].json()["type"], "member.removed");
     // Skipped changes are passed over: progress reaches the orbit's last revision.
     let id = exact["id"].as_i64().unwrap();
@@ -212,26 +225,25 @@ async fn the_kinds_filter_sends_exact_kinds_and_prefixes_only() {
 
 #[tokio::test]
 async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout() {
-    let app = TestApp::spawn_with(|c| {
-        c.webhook_allow_private = true;
-        c.webhook_retry_base_ms = 50;
-        c.webhook_timeout_ms = 500;
-    })
-    .await;
+    let app = app_with(|c| c.webhook_timeout_ms = 500).await;
     let rx = Receiver::start_with(Plan {
         fail_next: 2,
         fail_status: 500,
         hang_next: 1,
         hang: Duration::from_secs(3),
         ..Plan::default()
-    });
+    })
+    .expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "retried").await;
     let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
     let id = hook["id"].as_i64().unwrap();
     let first = write(&app, &owner, orbit, 0).await;
     let second = write(&app, &owner, orbit, 1).await;
-    let got = rx.wait_for(WAIT, |g| g.len() >= 5).await;
+    let got = rx
+        .wait_for(WAIT, |g| g.len() >= 5)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let ids: Vec<&str> = got.iter().map(|g| g.id.as_str()).collect();
     let a = format!("{orbit}.{first}");
     let b = format!("{orbit}.{second}");
@@ -282,8 +294,7 @@ async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout
 
 #[tokio::test]
 async fn the_last_failed_attempt_disables_and_enable_resumes_after_delivered_through() {
-    let app = TestApp::spawn_with(|c| {
-        c.webhook_allow_private = true;
+    let app = app_with(|c| {
         c.webhook_retry_base_ms = 20;
         c.webhook_max_attempts = 3;
     })
@@ -292,7 +303,8 @@ async fn the_last_failed_attempt_disables_and_enable_resumes_after_delivered_thr
         fail_next: usize::MAX,
         fail_status: 503,
         ..Plan::default()
-    });
+    })
+    .expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "disabled").await;
     let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
@@ -319,30 +331,21 @@ async fn the_last_failed_attempt_disables_and_enable_resumes_after_delivered_thr
 
     rx.set_plan(Plan::default());
     let r = app
-        .send(
-            Method::POST,
-            &format!("/api/v1/me/webhooks/{id}/enable"),
-            Some(&owner.token),
-            None,
-            None,
-        )
+        .post_empty(&format!("/api/v1/me/webhooks/{id}/enable"), &owner.token)
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["data"]["status"], "ACTIVE");
     assert_eq!(r.json["data"]["disabled_reason"], Value::Null);
-    let got = rx.wait_for(WAIT, |g| g.len() >= 6).await;
+    let got = rx
+        .wait_for(WAIT, |g| g.len() >= 6)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let after: Vec<i64> = got[3..].iter().map(|g| g.revision()).collect();
     assert_eq!(after, vec![first, second, third]);
     wait_webhook(&app, &owner, id, |w| w["delivered_through"] == third).await;
     // Enabling an ACTIVE one changes nothing.
     let again = app
-        .send(
-            Method::POST,
-            &format!("/api/v1/me/webhooks/{id}/enable"),
-            Some(&owner.token),
-            None,
-            None,
-        )
+        .post_empty(&format!("/api/v1/me/webhooks/{id}/enable"), &owner.token)
         .await;
     assert_eq!(again.status, 200);
     assert_eq!(again.json["data"]["status"], "ACTIVE");
@@ -351,7 +354,7 @@ async fn the_last_failed_attempt_disables_and_enable_resumes_after_delivered_thr
 #[tokio::test]
 async fn another_contributors_webhook_is_not_found() {
     let app = app().await;
-    let rx = Receiver::start();
+    let rx = Receiver::start().expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let other = app.agent("other").await;
     let orbit = app.orbit(&owner, "mine").await;
@@ -364,15 +367,9 @@ async fn another_contributors_webhook_is_not_found() {
     app.get(&format!("{base}/deliveries"), Some(&other.token))
         .await
         .assert_error(404, "not_found");
-    app.send(
-        Method::POST,
-        &format!("{base}/enable"),
-        Some(&other.token),
-        None,
-        None,
-    )
-    .await
-    .assert_error(404, "not_found");
+    app.post_empty(&format!("{base}/enable"), &other.token)
+        .await
+        .assert_error(404, "not_found");
     app.delete(&base, &other.token)
         .await
         .assert_error(404, "not_found");
@@ -475,7 +472,7 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
 #[tokio::test]
 async fn create_is_idempotent_and_a_contributor_has_at_most_ten() {
     let app = app().await;
-    let rx = Receiver::start();
+    let rx = Receiver::start().expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "limited").await;
     let body = json!({"orbit": orbit, "url": rx.url, "description": "keyed"});
@@ -483,14 +480,8 @@ async fn create_is_idempotent_and_a_contributor_has_at_most_ten() {
         let app = &app;
         let token = owner.token.clone();
         async move {
-            app.send(
-                Method::POST,
-                "/api/v1/me/webhooks",
-                Some(&token),
-                Some(key),
-                Some(body),
-            )
-            .await
+            app.post_with_key("/api/v1/me/webhooks", &token, key, body)
+                .await
         }
     };
     let first = send("hook-1", body.clone()).await;
@@ -556,13 +547,16 @@ async fn a_subscription_deleted_while_a_delivery_is_in_flight_gets_nothing_more(
         hang_next: 1,
         hang: Duration::from_millis(1500),
         ..Plan::default()
-    });
+    })
+    .expect("start the webhook receiver");
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "deleted").await;
     let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
     let id = hook["id"].as_i64().unwrap();
     write(&app, &owner, orbit, 0).await;
-    rx.wait_for(WAIT, |g| !g.is_empty()).await;
+    rx.wait_for(WAIT, |g| !g.is_empty())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(rx.in_flight(), 1, "the delivery is not in flight");
     let started = std::time::Instant::now();
     let gone = app

@@ -1,15 +1,16 @@
-//! A local webhook receiver for the tests: a small actix server on a free port that
-//! records every request it gets (headers, body, arrival) and answers as told:
-//! a number of failures with a status, a number of hangs past the client's
-//! timeout, a delay before each answer.
+//! A local webhook receiver, for the webhook tests and the bench's `webhooks`
+//! scenario: a small actix server on a free port that records every request it gets
+//! (headers, body, arrival by both clocks) and answers as told: a number of failures
+//! with a status, a number of hangs past the client's timeout, a delay before each
+//! answer.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use orbit_commons::actix_web::{self, web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::Value;
 use sha2::Sha256;
 
@@ -22,10 +23,13 @@ pub struct Got {
     pub content_type: String,
     pub body: Vec<u8>,
     pub at: Instant,
+    /// The arrival by the wall clock, to compare with a change's `created_at`.
+    pub at_wall: chrono::DateTime<chrono::Utc>,
 }
 
 impl Got {
     /// The revision in `webhook-id` (`<orbit>.<revision>`).
+    /// Panics on an id of another form (a test's finding, never the bench's).
     pub fn revision(&self) -> i64 {
         self.id
             .rsplit_once('.')
@@ -33,6 +37,7 @@ impl Got {
             .unwrap_or_else(|| panic!("webhook-id {:?}", self.id))
     }
 
+    /// The body as JSON; panics if it is not JSON (a test's finding).
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).expect("a JSON body")
     }
@@ -97,6 +102,11 @@ impl Default for Plan {
     }
 }
 
+/// A lock that a panicked holder did not poison for good.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[derive(Default)]
 struct Shared {
     got: Mutex<Vec<Got>>,
@@ -121,16 +131,17 @@ async fn receive(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) 
             .to_owned()
     };
     shared.in_flight.fetch_add(1, Ordering::SeqCst);
-    shared.got.lock().unwrap().push(Got {
+    lock(&shared.got).push(Got {
         id: header("webhook-id"),
         timestamp: header("webhook-timestamp"),
         signature: header("webhook-signature"),
         content_type: header("content-type"),
         body: body.to_vec(),
         at: Instant::now(),
+        at_wall: chrono::Utc::now(),
     });
     let (wait, status) = {
-        let mut plan = shared.plan.lock().unwrap();
+        let mut plan = lock(&shared.plan);
         if plan.fail_next > 0 {
             plan.fail_next -= 1;
             (plan.delay, plan.fail_status)
@@ -145,17 +156,20 @@ async fn receive(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) 
         tokio::time::sleep(wait).await;
     }
     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-    HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).body("ok")
+    let status = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    HttpResponse::build(status).body("ok")
 }
 
 impl Receiver {
-    pub fn start() -> Receiver {
+    /// A receiver that answers 200 to everything.
+    pub fn start() -> Result<Receiver, String> {
         Self::start_with(Plan::default())
     }
 
-    pub fn start_with(plan: Plan) -> Receiver {
+    pub fn start_with(plan: Plan) -> Result<Receiver, String> {
         let shared = Arc::new(Shared::default());
-        *shared.plan.lock().unwrap() = plan;
+        *lock(&shared.plan) = plan;
         let data = web::Data::from(shared.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -167,29 +181,37 @@ impl Receiver {
                 })
                 .workers(2)
                 .shutdown_timeout(1)
-                .bind("127.0.0.1:0")
-                .expect("bind the receiver");
+                .bind("127.0.0.1:0");
+                let server = match server {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("bind the webhook receiver: {e}")));
+                        return;
+                    }
+                };
                 let addr = server.addrs()[0];
                 let server = server.run();
-                tx.send((addr, server.handle())).expect("send addr");
+                let _ = tx.send(Ok((addr, server.handle())));
                 let _ = server.await;
             })
         });
-        let (addr, handle) = rx.recv().expect("receiver started");
-        Receiver {
+        let (addr, handle) = rx
+            .recv()
+            .map_err(|e| format!("the webhook receiver did not start: {e}"))??;
+        Ok(Receiver {
             url: format!("http://{addr}/hook"),
             shared,
             handle,
             thread: Some(thread),
-        }
+        })
     }
 
     pub fn got(&self) -> Vec<Got> {
-        self.shared.got.lock().unwrap().clone()
+        lock(&self.shared.got).clone()
     }
 
     pub fn count(&self) -> usize {
-        self.shared.got.lock().unwrap().len()
+        lock(&self.shared.got).len()
     }
 
     /// Requests being answered right now.
@@ -200,22 +222,27 @@ impl Receiver {
     }
 
     pub fn set_plan(&self, plan: Plan) {
-        *self.shared.plan.lock().unwrap() = plan;
+        *lock(&self.shared.plan) = plan;
     }
 
-    /// Waits (at most `within`) until `done` holds for what arrived; returns it.
-    pub async fn wait_for(&self, within: Duration, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
+    /// Waits (at most `within`) until `done` holds for what arrived; returns it, or
+    /// says what arrived instead.
+    pub async fn wait_for(
+        &self,
+        within: Duration,
+        done: impl Fn(&[Got]) -> bool,
+    ) -> Result<Vec<Got>, String> {
         let deadline = Instant::now() + within;
         loop {
             let got = self.got();
             if done(&got) {
-                return got;
+                return Ok(got);
             }
             if Instant::now() > deadline {
-                panic!(
+                return Err(format!(
                     "the receiver did not get what was expected within {within:?}; got {:?}",
                     got.iter().map(|g| g.id.clone()).collect::<Vec<_>>()
-                );
+                ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -224,7 +251,9 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        futures::executor::block_on(self.handle.stop(false));
+        // The stop command is sent when `stop` is called; its future only waits (the
+        // join below does that).
+        drop(self.handle.stop(false));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -1,0 +1,305 @@
+//! Findings 2, 7 and 10 on what clients send: numbers a double cannot hold,
+//! integral floats, malformed JSON-RPC and bad query parameters.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::harness::TestApp;
+
+/// Finding 2: a number a double does not hold exactly is 422 in `state` and in
+/// every other field; one it does hold is stored and returned as sent.
+#[tokio::test]
+async fn numbers_a_double_cannot_hold_are_refused_everywhere() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "numbers", 0).await;
+    let t = crate::work::task(&app, &c.owner, c.orbit, "numbers").await;
+    let (_, v) = crate::work::lease(&app, &c.owner, t, 300).await;
+    let path = format!("/api/v1/tasks/{t}/checkpoints");
+    let raw = |body: String, key: &str| {
+        let key = key.to_owned();
+        let app = &app;
+        let path = path.clone();
+        let token = c.owner.token.clone();
+        async move {
+            app.post_raw(
+                &path,
+                Some(&token),
+                &[
+                    ("content-type", "application/json"),
+                    ("idempotency-key", &key),
+                ],
+                body.into_bytes(),
+            )
+            .await
+        }
+    };
+    for bad in [
+        "9007199254740993",
+        "-9007199254740993",
+        "0.12345678901234567890",
+        "1e400",
+        "1e-400",
+    ] {
+        let body = format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": {bad}}}}}"#);
+        let r = raw(body, &uuid::Uuid::new_v4().to_string()).await;
+        r.assert_error(422, "validation_failed");
+        let problem = r.json["errors"]["state"][0].as_str().unwrap_or_default();
+        assert!(
+            problem.contains("cannot be kept exactly"),
+            "{bad}: {}",
+            r.text
+        );
+        // The field name is the schema's, never a key from inside `state`.
+        assert!(r.json["errors"].get("n").is_none(), "{}", r.text);
+    }
+    // Outside `state` too: an integer field and the top level.
+    let r = raw(
+        r#"{"lease_version": 9007199254740993, "summary": "s", "state": {}}"#.to_owned(),
+        "k-big-version",
+    )
+    .await;
+    r.assert_error(422, "validation_failed");
+    assert!(r.json["errors"]["lease_version"].is_array(), "{}", r.text);
+    let r = app
+        .post_raw(
+            &format!("/api/v1/orbits/{}/memory", c.orbit),
+            Some(&c.owner.token),
+            &[("content-type", "application/json")],
+            br#"{"content": "x", "tags": [], "extra": 0.12345678901234567890}"#.to_vec(),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    // The probe's replay: a near-miss number under a used key no longer replays.
+    let body =
+        format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": 9007199254740992}}}}"#);
+    let r = raw(body, "k-replay").await;
+    r.assert_error(422, "validation_failed");
+    // Numbers a double holds are kept as the same values.
+    let body = format!(
+        r#"{{"lease_version": {v}, "summary": "s", "state": {{"a": 0.1, "b": 1e300, "c": 9007199254740991, "d": -2.5}}}}"#
+    );
+    let r = raw(body, "k-ok").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.json["data"]["id"].as_i64().expect("checkpoint id");
+    let r = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let state = &r.json["data"]["state"];
+    assert_eq!(state["a"].as_f64(), Some(0.1), "{state}");
+    assert_eq!(state["b"].as_f64(), Some(1e300), "{state}");
+    assert_eq!(state["c"].as_i64(), Some(9_007_199_254_740_991), "{state}");
+    assert_eq!(state["d"].as_f64(), Some(-2.5), "{state}");
+}
+
+/// Finding 10: an integral float is an integer, as JSON Schema says; a fraction
+/// where an integer is expected is refused in plain words.
+#[tokio::test]
+async fn integral_floats_are_accepted_where_integers_are_expected() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "floats", 0).await;
+    let t = crate::work::task(&app, &c.owner, c.orbit, "floats").await;
+    let (lease, v) = crate::work::lease(&app, &c.owner, t, 300).await;
+    let r = app
+        .post_raw(
+            &format!("/api/v1/tasks/{t}/fence"),
+            Some(&c.owner.token),
+            &[("content-type", "application/json")],
+            format!(r#"{{"lease_version": {v}.0}}"#).into_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = app
+        .post_raw(
+            &format!("/api/v1/leases/{lease}/renew"),
+            Some(&c.owner.token),
+            &[
+                ("content-type", "application/json"),
+                ("idempotency-key", "renew-float"),
+            ],
+            format!(r#"{{"lease_version": {v}.0, "duration_seconds": 6e2}}"#).into_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = app
+        .post_raw(
+            &format!("/api/v1/tasks/{t}/fence"),
+            Some(&c.owner.token),
+            &[("content-type", "application/json")],
+            format!(r#"{{"lease_version": {v}.5}}"#).into_bytes(),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["lease_version"][0], "must be a whole number",
+        "{}",
+        r.text
+    );
+}
+
+/// Finding 10 over MCP: integral floats are integers in tool arguments too (ids,
+/// query arguments and bodies).
+#[tokio::test]
+async fn integral_floats_are_integers_in_mcp_tool_arguments() {
+    let app = TestApp::spawn().await;
+    let c = crate::work::crew(&app, "mcp-floats", 0).await;
+    let t = crate::work::task(&app, &c.owner, c.orbit, "floats").await;
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    for (id, name, arguments) in [
+        (1, "get_task", json!({"task_id": t as f64})),
+        (
+            2,
+            "read_changes",
+            json!({"orbit": c.orbit as f64, "after": 0.0, "wait": 0.0}),
+        ),
+        (
+            3,
+            "acquire_lease",
+            json!({"task_id": t as f64, "duration_seconds": 600.0,
+                                    "idempotency_key": "mcp-float"}),
+        ),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}});
+        let r = app
+            .post_raw(
+                "/mcp",
+                Some(&c.owner.token),
+                &headers,
+                serde_json::to_vec(&call).unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.json["result"]["isError"], false, "{name}: {}", r.text);
+    }
+}
+
+/// Finding 7: malformed JSON-RPC on `/mcp` gets the JSON-RPC errors the
+/// specification names, not the SDK's plain 415.
+#[tokio::test]
+async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("rpc").await;
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    let r = app
+        .post_raw("/mcp", Some(&a.token), &headers, b"{not json".to_vec())
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.json["jsonrpc"], "2.0", "{}", r.text);
+    assert_eq!(r.json["id"], serde_json::Value::Null, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32700, "{}", r.text);
+    let r = app
+        .post_raw(
+            "/mcp",
+            Some(&a.token),
+            &headers,
+            br#"{"id": 3, "hello": "world"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32600, "{}", r.text);
+    assert_eq!(r.json["id"], 3, "{}", r.text);
+    // A tool call with a number a double does not hold: the tool's 422 refusal.
+    let call = br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "read_changes", "arguments": {"orbit": "x", "after": 9007199254740993}}}"#;
+    let r = app
+        .post_raw("/mcp", Some(&a.token), &headers, call.to_vec())
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["id"], 7, "{}", r.text);
+    assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
+    assert_eq!(
+        r.json["result"]["structuredContent"]["status"], 422,
+        "{}",
+        r.text
+    );
+    assert!(
+        r.json["result"]["structuredContent"]["errors"]["after"].is_array(),
+        "{}",
+        r.text
+    );
+    // A well-formed message still reaches the SDK.
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}
+    });
+    let r = app
+        .post_raw(
+            "/mcp",
+            Some(&a.token),
+            &headers,
+            serde_json::to_vec(&init).unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.json["result"]["serverInfo"].is_object(), "{}", r.text);
+}
+
+/// Finding 7: a query error is filed under a documented parameter name, never
+/// under a value or a name the client sent.
+#[tokio::test]
+async fn query_error_fields_come_from_the_schema() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("fields").await;
+    for (path, field) in [
+        ("/api/v1/handoffs?box=all", "box"),
+        ("/api/v1/handoffs?box=inbox&status=SOMETIMES", "status"),
+        ("/api/v1/orbits?limit=abc", "limit"),
+        ("/api/v1/orbits?after=1&limit=x1", "limit"),
+        ("/api/v1/orbits?made_up_zz=1", "query"),
+    ] {
+        let r = app.get(path, Some(&a.token)).await;
+        r.assert_error(422, "validation_failed");
+        let errors = r.json["errors"].as_object().expect("errors");
+        assert_eq!(
+            errors.keys().collect::<Vec<_>>(),
+            vec![field],
+            "{path}: {}",
+            r.text
+        );
+    }
+}
+
+/// Contract section 17: every bad query parameter is reported at once, in plain
+/// words, a missing required one too, and a made-up one only as `query`.
+#[tokio::test]
+async fn every_bad_query_parameter_is_reported_at_once() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("all-at-once").await;
+    let r = app
+        .get("/api/v1/orbits?limit=abc&after=-x", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    assert_eq!(
+        errors.keys().collect::<Vec<_>>(),
+        vec!["after", "limit"],
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.json["errors"]["limit"][0], "must be a whole number",
+        "{}",
+        r.text
+    );
+    let r = app
+        .get(
+            "/api/v1/handoffs?box=all&status=SOMETIMES&made_up_zz=1",
+            Some(&a.token),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    assert_eq!(
+        errors.keys().collect::<Vec<_>>(),
+        vec!["box", "query", "status"],
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("made_up_zz"), "{}", r.text);
+}

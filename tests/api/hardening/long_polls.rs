@@ -1,0 +1,157 @@
+//! Finding 3 on long polls: one shared feed read per wake-up, no wait past the
+//! revision, and a cap per client.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::harness::TestApp;
+
+/// Finding 3: however many long polls wait on an orbit, a write costs one shared
+/// feed read, and every poll gets the write.
+#[tokio::test]
+async fn long_polls_share_one_feed_read_per_wake_up() {
+    const POLLERS: usize = 60;
+    let app = TestApp::spawn_with(|c| c.long_polls_per_client = 1000).await;
+    let owner = app.agent("feed-owner").await;
+    let orbit = app.orbit(&owner, "shared-feed").await;
+    let path = format!("/api/v1/orbits/{orbit}/changes?after=1&wait=25");
+    let polls: Vec<_> = (0..POLLERS)
+        .map(|_| {
+            let client = app.client.clone();
+            let url = app.url(&path);
+            tokio::spawn(async move {
+                let r = client.get(url).send().await.expect("long poll");
+                assert_eq!(r.status(), StatusCode::OK);
+                r.json::<serde_json::Value>().await.expect("json")
+            })
+        })
+        .collect();
+    // Wait until every poll waits.
+    let started = std::time::Instant::now();
+    loop {
+        let [waiting] = app.metrics(["orbit_long_polls_waiting"]).await;
+        if waiting == POLLERS as u64 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "only {waiting} of {POLLERS} polls waiting"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let [shared_before, own_before] = app
+        .metrics([
+            "orbit_feed_shared_reads_total",
+            "orbit_feed_own_reads_total",
+        ])
+        .await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/tasks"),
+            &owner.token,
+            json!({"title": "wake everyone"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    for p in polls {
+        let page = p.await.expect("poll task");
+        assert_eq!(page["data"][0]["kind"], "task.created", "{page}");
+        assert_eq!(page["meta"]["next_after"], 2, "{page}");
+    }
+    let [shared_after, own_after] = app
+        .metrics([
+            "orbit_feed_shared_reads_total",
+            "orbit_feed_own_reads_total",
+        ])
+        .await;
+    // One write, one wake-up (a second only if the NOTIFY echo comes in apart).
+    assert!(
+        shared_after - shared_before <= 2,
+        "{} shared reads for one write",
+        shared_after - shared_before
+    );
+    assert_eq!(own_after, own_before, "polls read the feed alone");
+    let [waiting] = app.metrics(["orbit_long_polls_waiting"]).await;
+    assert_eq!(waiting, 0);
+}
+
+/// Finding 3: a poll past the orbit's revision is answered at once, not held.
+#[tokio::test]
+async fn a_long_poll_past_the_revision_answers_at_once() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("ahead").await;
+    let orbit = app.orbit(&owner, "ahead").await;
+    let r = app
+        .get(
+            &format!("/api/v1/orbits/{orbit}/changes?after=50&wait=30"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.json,
+        json!({"data": [], "meta": {"next_after": 50, "orbit_revision": 1}})
+    );
+    let [waiting, shared] = app
+        .metrics(["orbit_long_polls_waiting", "orbit_feed_shared_reads_total"])
+        .await;
+    assert_eq!((waiting, shared), (0, 0), "the poll waited");
+}
+
+/// Finding 3: a client may have only so many long polls waiting; beyond, 429.
+#[tokio::test]
+async fn long_polls_per_client_are_capped() {
+    let app = TestApp::spawn_with(|c| c.long_polls_per_client = 2).await;
+    let owner = app.agent("capped").await;
+    let other = app.agent("other").await;
+    let orbit = app.orbit(&owner, "capped").await;
+    let path = format!("/api/v1/orbits/{orbit}/changes?after=1&wait=25");
+    let polls: Vec<_> = (0..2)
+        .map(|_| {
+            let req = app.client.get(app.url(&path)).bearer_auth(&owner.token);
+            tokio::spawn(async move { req.send().await.expect("poll").status() })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] < 2 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = app.get(&path, Some(&owner.token)).await;
+    r.assert_error(429, "rate_limited");
+    assert!(r.header("retry-after").is_some());
+    // Another client, and a poll that does not wait, are not affected.
+    let r = app
+        .get(
+            &format!("/api/v1/orbits/{orbit}/changes?after=0"),
+            Some(&owner.token),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let other_poll = {
+        let req = app.client.get(app.url(&path)).bearer_auth(&other.token);
+        tokio::spawn(async move { req.send().await.expect("poll").status() })
+    };
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] < 3 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // A write answers every waiting poll; the places are given back.
+    app.post_keyed(
+        &format!("/api/v1/orbits/{orbit}/tasks"),
+        &owner.token,
+        json!({"title": "answer them"}),
+    )
+    .await;
+    for p in polls {
+        assert_eq!(p.await.expect("poll"), StatusCode::OK);
+    }
+    assert_eq!(other_poll.await.expect("poll"), StatusCode::OK);
+    let r = app
+        .get(
+            &format!("/api/v1/orbits/{orbit}/changes?after=2&wait=1"),
+            Some(&owner.token),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
