@@ -93,13 +93,13 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             usize::try_from(config.list_cache_bytes).unwrap_or(usize::MAX),
         )),
         metrics,
+        feed_reads: Arc::default(),
+        long_polls: Arc::default(),
     };
     let webhooks = crate::domain::webhooks::deliver::Engine::start(core.clone());
     AppState {
         core,
         webhooks,
-        feed_reads: Arc::default(),
-        long_polls: Arc::default(),
         limits: Arc::new(crate::http::limits::Limits::new(config)),
     }
 }

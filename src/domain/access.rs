@@ -14,6 +14,18 @@ pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
     find(conn, reference)?.ok_or_else(|| ApiError::not_found("Orbit").into())
 }
 
+/// The orbit named by id or slug (404) of which the caller is a member (403): what
+/// every write into an orbit checks first.
+pub fn member_orbit(
+    conn: &mut PgConnection,
+    reference: &str,
+    contributor_id: i64,
+) -> TxResult<Orbit> {
+    let orbit = resolve(conn, reference)?;
+    require_member(conn, orbit.id, contributor_id)?;
+    Ok(orbit)
+}
+
 /// Writing inside an orbit needs membership: the caller's role, or 403.
 pub fn require_member(
     conn: &mut PgConnection,

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::db::{self, PgPool};
 use crate::domain::access;
 use crate::domain::auth::Bearer;
-use crate::domain::feed::{OwnedPollSlot, PollClient, PollCounts, ALL_ORBITS};
+use crate::domain::feed::{woken, OwnedPollSlot, PollClient, PollCounts};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::store::changes::{load_page, ChangeOut};
@@ -251,7 +251,7 @@ async fn run_tail(
     mut wake: broadcast::Receiver<i64>,
     gap: Duration,
 ) {
-    use broadcast::error::{RecvError, TryRecvError};
+    use broadcast::error::TryRecvError;
     let mut last_read: Option<Instant> = None;
     loop {
         // Let the changes of a busy moment gather: one read, one batch for them.
@@ -287,22 +287,12 @@ async fn run_tail(
         }
         let mut ticks = 0u32;
         loop {
-            let woke = tokio::time::timeout(TAIL_TICK, async {
-                loop {
-                    match wake.recv().await {
-                        Ok(o) if o == orbit || o == ALL_ORBITS => return,
-                        Ok(_) => continue,
-                        Err(RecvError::Lagged(_)) => return,
-                        Err(RecvError::Closed) => std::future::pending::<()>().await,
-                    }
-                }
-            })
-            .await;
+            let woke = woken(&mut wake, orbit, TAIL_TICK).await;
             if streams.retire_if_idle(orbit, &tail) {
                 return;
             }
             ticks += 1;
-            if woke.is_ok() || ticks >= SAFETY_READ_TICKS {
+            if woke || ticks >= SAFETY_READ_TICKS {
                 break;
             }
         }

@@ -30,6 +30,24 @@ use crate::domain::revision::NOTIFY_CHANNEL;
 /// notifications may have been missed while it was away).
 pub const ALL_ORBITS: i64 = 0;
 
+/// Waits up to `within` for a wake-up of `orbit` (or of every orbit) on the hub's
+/// broadcast `rx`: `true` when one came. A lagging receiver counts as woken (it may
+/// have missed one); a closed hub never wakes.
+pub async fn woken(rx: &mut broadcast::Receiver<i64>, orbit: i64, within: Duration) -> bool {
+    use broadcast::error::RecvError;
+    let wait = async {
+        loop {
+            match rx.recv().await {
+                Ok(o) if o == orbit || o == ALL_ORBITS => return,
+                Ok(_) => continue,
+                Err(RecvError::Lagged(_)) => return,
+                Err(RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    };
+    tokio::time::timeout(within, wait).await.is_ok()
+}
+
 /// The least time between two `NOTIFY` batches of one instance.
 const NOTIFY_LINGER: Duration = Duration::from_millis(10);
 

@@ -197,6 +197,11 @@ impl Gate {
         }
     }
 
+    /// The contributor whose write this is.
+    pub fn contributor_id(&self) -> i64 {
+        self.contributor_id
+    }
+
     fn fingerprint(&self, params: &[i64]) -> String {
         self.op.fingerprint(params, &self.body_canonical)
     }

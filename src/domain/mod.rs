@@ -1,21 +1,38 @@
 //! The domain layer: one function per operation, each holding its unit of work
-//! (authentication, key claim, fence, effect, revision, stored response), called
-//! alike by a REST handler and its MCP tool. It owns the rules: tokens and callers
-//! (`auth`), the lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit
-//! revision (`revision`), the change hub (`feed`), live event streams (`events`),
-//! search (`search`), webhooks and their delivery engine (`webhooks`) and the one
-//! write path (`write`).
+//! (key claim, fence, effect, revision, stored response) or its read, called alike
+//! by a REST handler and its MCP tool. One module per resource (`artifacts`,
+//! `assessments`, `changes`, `checkpoints`, `contributions`, `contributors`,
+//! `handoffs`, `leases`, `members`, `memory`, `orbits`, `problems`, `tasks`) holds
+//! its operations, their request bodies and validation rules. Beside them the
+//! mechanisms: tokens and callers (`auth`), membership and roles (`access`), the
+//! lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit revision
+//! (`revision`), the change hub (`feed`), live event streams (`events`), search
+//! (`search`), webhooks and their delivery engine (`webhooks`), grouped reads
+//! (`reads`) and the one write path and public reads (`write`).
 //! It imports store, perf, model, db and error, never `http`.
 
 pub mod access;
+pub mod artifacts;
+pub mod assessments;
 pub mod auth;
+pub mod changes;
+pub mod checkpoints;
+pub mod contributions;
+pub mod contributors;
 pub mod events;
 pub mod feed;
 pub mod fence;
+pub mod handoffs;
 pub mod idempotency;
+pub mod leases;
+pub mod members;
+pub mod memory;
+pub mod orbits;
+pub mod problems;
 pub mod reads;
 pub mod revision;
 pub mod search;
+pub mod tasks;
 pub mod webhooks;
 pub mod write;
 
@@ -45,4 +62,7 @@ pub struct Core {
     /// `ORBIT_READ_LANES` is 0.
     pub reads: Option<Arc<reads::Reads>>,
     pub list_cache: Arc<crate::perf::listcache::ListCache>,
+    /// Long polls waiting per orbit and their shared feed reads (`feed`).
+    pub feed_reads: Arc<feed::SharedReads<crate::store::changes::ChangeOut>>,
+    pub long_polls: Arc<feed::PollCounts>,
 }

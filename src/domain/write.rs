@@ -2,12 +2,14 @@
 //! unit of work — authenticate → the operation's `work` (lookups, permission checks,
 //! `gate.claim`, fence, effect, `gate.record`) → the stored response → commit —
 //! first as a quick write when the operation has one (`perf::quick`). Also the one
-//! public read (one pool checkout, an optional token checked first).
+//! public read (one pool checkout, an optional token checked first) and the one
+//! public list of an orbit through the list cache (`public_list`).
 
 use std::sync::atomic::Ordering;
 
 use actix_web::http::StatusCode;
-use diesel::PgConnection;
+use actix_web::web::Bytes;
+use diesel::{PgConnection, QueryResult};
 use serde::Serialize;
 
 use crate::db::{self, TxError, TxResult};
@@ -16,7 +18,20 @@ use crate::domain::idempotency::{Gate, IdemHeader, Operation, Stored};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult};
 use crate::perf::commits::Work;
+use crate::perf::listcache::{self, ListKey, ListRoute, Stamp};
 use crate::perf::quick::{QuickCall, QuickKey};
+
+/// Claims the write's Idempotency-Key (`Gate::claim`, after the write's own checks
+/// and before its effect) and, for a key that already completed with the same
+/// request, returns its stored response from the unit of work, replayed.
+macro_rules! claim {
+    ($gate:expr, $conn:expr, $params:expr) => {
+        if let Some(stored) = $gate.claim($conn, $params)? {
+            return Ok($crate::domain::write::Reply::replayed(stored));
+        }
+    };
+}
+pub(crate) use claim;
 
 /// A write's result before it is stored and sent.
 pub struct Reply {
@@ -79,6 +94,82 @@ where
         work(conn)
     })
     .await
+}
+
+/// A public list: [`public_read`] of `rows` (the store's `cursor.fetch()` rows), cut
+/// to one page by `cursor`, `next_after` being `key_of` the last row kept.
+pub async fn public_page<T, F>(
+    core: &Core,
+    bearer: Bearer,
+    cursor: crate::model::Cursor,
+    key_of: fn(&T) -> i64,
+    rows: F,
+) -> ApiResult<crate::model::Page<T>>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection, crate::model::Cursor) -> TxResult<Vec<T>> + Send + 'static,
+{
+    let rows = public_read(core, bearer, move |conn| rows(conn, cursor)).await?;
+    Ok(cursor.page(rows, key_of))
+}
+
+/// A list page's body.
+pub fn page_bytes<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec(page).map_err(|e| {
+        tracing::error!(error = %e, "cannot serialize a response");
+        ApiError::internal()
+    })
+}
+
+/// A public list page of one orbit, through the list cache (`src/perf/listcache.rs`): on
+/// one pool checkout, the presented token is checked as in [`public_read`], then
+/// one statement reads the orbit (404 if absent), its revision and the clock; a
+/// cached page whose stamp holds at them is answered as is. Otherwise `page` reads
+/// the page with its stamp in one statement, and the body is kept for the next
+/// reads. `params` are the list's query parameters with defaults applied.
+pub async fn public_list<T, F>(
+    core: &Core,
+    bearer: Bearer,
+    reference: String,
+    route: ListRoute,
+    params: String,
+    page: F,
+) -> ApiResult<Bytes>
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce(&mut PgConnection, i64) -> QueryResult<Option<(crate::model::Page<T>, Stamp)>>
+        + Send
+        + 'static,
+{
+    enum Read<T> {
+        Hit(Bytes),
+        Miss(ListKey, crate::model::Page<T>, Stamp),
+    }
+    let tokens = core.tokens.clone();
+    let cache = core.list_cache.clone();
+    let read = db::read(&core.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        let orbit = listcache::probe(conn, &reference)?.ok_or(ApiError::not_found("Orbit"))?;
+        let key = ListKey {
+            route,
+            orbit_id: orbit.id,
+            params,
+        };
+        if let Some(body) = cache.get(&key, orbit.revision, orbit.now) {
+            return Ok(Read::Hit(body));
+        }
+        let (rows, stamp) = page(conn, orbit.id)?.ok_or(ApiError::not_found("Orbit"))?;
+        Ok(Read::Miss(key, rows, stamp))
+    })
+    .await?;
+    match read {
+        Read::Hit(body) => Ok(body),
+        Read::Miss(key, rows, stamp) => {
+            let body = Bytes::from(page_bytes(&rows)?);
+            core.list_cache.put(key, stamp, body.clone());
+            Ok(body)
+        }
+    }
 }
 
 /// What a write's unit of work ended with: a reply to store and send, or the

@@ -1,5 +1,5 @@
-//! What every handler shares: the domain's [`Core`], the HTTP layer's rate limits,
-//! and the long polls' shared feed reads and per-client counts.
+//! What every handler shares: the domain's [`Core`] and the HTTP layer's rate limits
+//! and webhook engine.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -11,9 +11,6 @@ use crate::http::limits::Limits;
 pub struct AppState {
     pub core: Core,
     pub limits: Arc<Limits>,
-    /// Long polls waiting per orbit and their shared feed reads (`domain::feed`).
-    pub feed_reads: Arc<crate::domain::feed::SharedReads<crate::store::changes::ChangeOut>>,
-    pub long_polls: Arc<crate::domain::feed::PollCounts>,
     /// This instance's webhook delivery engine (`domain::webhooks::deliver`).
     pub webhooks: Arc<crate::domain::webhooks::deliver::Engine>,
 }

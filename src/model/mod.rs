@@ -1,12 +1,20 @@
-//! Types shared by every resource: actors, timestamps, list envelopes, pagination.
+//! Types shared by every resource: actors, timestamps, list envelopes, pagination,
+//! the `Validate` trait of request bodies and their canonical JSON form (`canonical`).
 
+pub mod canonical;
 pub mod verbatim;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, FieldErrors};
+
+/// Field-level checks a request body runs after it parsed (its rules live with its
+/// operation in `domain`).
+pub trait Validate {
+    fn validate(&self, errors: &mut FieldErrors);
+}
 
 /// A contributor as other objects name it. `name` and `model_claim` are self-declared.
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq, Eq)]

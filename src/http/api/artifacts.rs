@@ -1,4 +1,5 @@
-//! Artifacts: small stored files (contract section 6).
+//! Artifacts: small stored files (contract section 6). The unit of work and the
+//! reads are `domain::artifacts`; this module serves the bytes.
 //!
 //! The bytes are untrusted. They are served so that a browser can never run them on
 //! this origin: always as a download (`Content-Disposition: attachment`), never
@@ -8,24 +9,18 @@
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
-use base64::Engine as _;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::db::TxResult;
-use crate::domain::access;
-use crate::domain::auth::{Bearer, Caller};
-use crate::domain::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
-use crate::domain::revision::Change;
-use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::http::api::public_read;
+use crate::domain::artifacts::{self, decoded, CreateArtifact};
+use crate::domain::auth::Bearer;
+use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
+use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{ok_json, page_json, write, Reply, State};
-use crate::http::json::{Body, Validate};
-use crate::model::verbatim;
+use crate::http::api::{ok_json, page_json, write, State};
+use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
-use crate::store::artifacts::{self as store, Artifact};
+use crate::store::artifacts::Artifact;
 
 #[derive(Serialize, ToSchema)]
 pub struct ArtifactData {
@@ -42,101 +37,6 @@ pub struct ArtifactPage {
 #[derive(ToSchema)]
 #[schema(value_type = String, format = Binary)]
 pub struct ArtifactBytes(pub Vec<u8>);
-
-/// Body of `POST /api/v1/orbits/{orbit}/artifacts`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateArtifact {
-    #[schema(min_length = 1, max_length = 200)]
-    pub name: String,
-    /// `type/subtype` with optional `; name=value` parameters (RFC 6838 names), at
-    /// most 200 characters, e.g. `text/plain; charset=utf-8`.
-    #[schema(min_length = 3, max_length = 200, example = "application/pdf")]
-    pub media_type: String,
-    /// The content in standard base64 (RFC 4648 section 4, with padding). The whole
-    /// request must fit in 256 KiB, so the content can be at most about 190 KiB.
-    #[schema(format = Byte)]
-    pub content_base64: String,
-}
-
-impl Validate for CreateArtifact {
-    fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "name", &self.name, 1, 200);
-        if !is_media_type(&self.media_type) {
-            e.add(
-                "media_type",
-                "must be a media type such as `application/octet-stream` or \
-                 `text/plain; charset=utf-8` (at most 200 characters)",
-            );
-        }
-        if decode(&self.content_base64).is_none() {
-            e.add("content_base64", "must be standard base64 with padding");
-        }
-    }
-}
-
-fn decode(b64: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD.decode(b64).ok()
-}
-
-/// RFC 6838 restricted-name: 1..127 characters, alphanumeric first.
-fn is_restricted_name(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
-        && s.len() <= 127
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
-}
-
-/// RFC 9110 token.
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-fn is_quoted(s: &str) -> bool {
-    s.len() >= 2
-        && s.starts_with('"')
-        && s.ends_with('"')
-        && s[1..s.len() - 1]
-            .bytes()
-            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
-}
-
-/// `type/subtype` plus optional `; name=value` parameters, at most 200 characters,
-/// all of it usable as a `Content-Type` header value as stored.
-pub fn is_media_type(s: &str) -> bool {
-    if s.len() > 200 {
-        return false;
-    }
-    let mut parts = s.split(';');
-    let essence = parts.next().unwrap_or("");
-    let Some((kind, subtype)) = essence.split_once('/') else {
-        return false;
-    };
-    is_restricted_name(kind)
-        && is_restricted_name(subtype)
-        && parts.all(|p| {
-            let p = p.trim_start_matches([' ', '\t']);
-            matches!(p.split_once('='), Some((name, value))
-                if is_token(name) && (is_token(value) || is_quoted(value)))
-        })
-}
-
-/// The content decoded and hashed, once, outside the transaction (which may be
-/// retried); `None` for a body that does not check.
-pub fn decoded(body: &Body<CreateArtifact>) -> Option<(Vec<u8>, String)> {
-    body.check()
-        .ok()
-        .and_then(|v| decode(&v.content_base64))
-        .map(|content| {
-            let sha256 = hex::encode(Sha256::digest(&content));
-            (content, sha256)
-        })
-}
-
-pub static CREATE_ARTIFACT: Operation =
-    Operation::required("POST", "/api/v1/orbits/{orbit}/artifacts");
 
 /// Store an artifact in an orbit (members only).
 ///
@@ -158,60 +58,17 @@ pub async fn create_artifact(
     body: Body<CreateArtifact>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let canonical = body.canonical.clone();
-    let decoded = decoded(&body);
+    let decoded = decoded(body.check());
     write(
+        &artifacts::CREATE_ARTIFACT,
         &state,
         bearer,
         key,
-        &CREATE_ARTIFACT,
-        canonical,
-        move |conn, caller, gate| create(conn, caller, gate, &reference, &body, &decoded),
+        body,
+        None,
+        move |c, who, g, b| artifacts::create(c, who, g, &reference, b, &decoded),
     )
     .await
-}
-
-/// Storing an artifact, inside `domain::write::run`'s transaction (REST and MCP). `decoded` is [`decoded`]'s answer.
-pub fn create(
-    conn: &mut diesel::PgConnection,
-    caller: &Caller,
-    gate: &mut Gate,
-    reference: &str,
-    body: &Body<CreateArtifact>,
-    decoded: &Option<(Vec<u8>, String)>,
-) -> TxResult<Reply> {
-    let orbit = access::resolve(conn, reference)?;
-    access::require_member(conn, orbit.id, caller.id())?;
-    let value = body.check()?;
-    let (content, sha256) = decoded.as_ref().ok_or(ApiError::internal())?;
-    let size = content.len() as i64;
-    if let Some(stored) = gate.claim(conn, &[orbit.id])? {
-        return Ok(Reply::replayed(stored));
-    }
-    let id = store::insert(
-        conn,
-        orbit.id,
-        &value.name,
-        &value.media_type,
-        size,
-        sha256,
-        content,
-        caller.id(),
-    )?;
-    let mut out = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
-    let rev = gate.record(
-        orbit.id,
-        caller.id(),
-        Change {
-            kind: "artifact.created",
-            entity_type: "artifact",
-            entity_id: id,
-            task_id: None,
-            summary: format!("artifact {id} stored ({size} bytes, sha256 {sha256})"),
-        },
-    )?;
-    out.orbit_revision = Some(rev);
-    Reply::created(&out, orbit.id)
 }
 
 /// List an orbit's artifacts (metadata), ascending by id.
@@ -228,10 +85,8 @@ pub async fn list_artifacts(
     path: web::Path<String>,
     query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let cursor = query.into_inner().checked()?;
-    let reference = path.into_inner();
-    let rows = public_read(&state, bearer, move |conn| page(conn, &reference, cursor)).await?;
-    page_json(&cursor.page(rows, |a| a.id))
+    let page = artifacts::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
+    page_json(&page)
 }
 
 /// Read an artifact's metadata.
@@ -248,8 +103,7 @@ pub async fn get_artifact(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let artifact = public_read(&state, bearer, move |conn| read(conn, id)).await?;
-    ok_json(&artifact)
+    ok_json(&artifacts::get(&state, bearer, id).await?)
 }
 
 /// True when an `If-None-Match` value matches `etag` (weak comparison, RFC 9110).
@@ -349,16 +203,11 @@ pub async fn get_artifact_content(
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let (head, bytes) = public_read(&state, bearer, move |conn| {
-        let head = store::content_head(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact"))?;
-        let etag = format!("\"{}\"", head.sha256);
-        if if_none_match.is_some_and(|h| none_match(&h, &etag)) {
-            return Ok((head, None));
-        }
-        let bytes = store::content(conn, id)?;
-        Ok((head, Some(bytes)))
-    })
-    .await?;
+    let held = move |sha256: &str| {
+        let etag = format!("\"{sha256}\"");
+        if_none_match.is_some_and(|h| none_match(&h, &etag))
+    };
+    let (head, bytes) = artifacts::content(&state, bearer, id, held).await?;
     let etag = format!("\"{}\"", head.sha256);
     let Some(bytes) = bytes else {
         return Ok(HttpResponse::NotModified()
@@ -380,51 +229,9 @@ pub async fn get_artifact_content(
         .body(bytes))
 }
 
-/// A page of an orbit's artifacts (metadata; REST and MCP).
-pub fn page(
-    conn: &mut diesel::PgConnection,
-    reference: &str,
-    cursor: crate::model::Cursor,
-) -> TxResult<Vec<Artifact>> {
-    let orbit = access::resolve(conn, reference)?;
-    Ok(store::artifacts_of_orbit(conn, orbit.id, cursor)?)
-}
-
-/// An artifact's metadata (REST and MCP).
-pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Artifact> {
-    store::artifact(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact").into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn media_types_are_type_slash_subtype_with_parameters() {
-        for ok in [
-            "application/octet-stream",
-            "text/plain; charset=utf-8",
-            "text/plain;charset=\"utf-8\"",
-            "application/vnd.api+json",
-            "image/svg+xml",
-        ] {
-            assert!(is_media_type(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "text",
-            "text/",
-            "/plain",
-            "text/plain; charset",
-            "text/plain\r\nX-Evil: 1",
-            "text/pl ain",
-            " text/plain",
-            "tëxt/plain",
-            &format!("a/{}", "b".repeat(199)),
-        ] {
-            assert!(!is_media_type(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn if_none_match_uses_weak_comparison_and_lists() {

@@ -1,56 +1,13 @@
-//! The change feed: `GET /api/v1/orbits/{orbit}/changes` with long poll.
-//!
-//! A long poll reads once for itself; if that page is empty it joins its orbit's
-//! waiters (`feed::SharedReads`), and one reader task per orbit reads the feed once
-//! per wake-up for all of them (issue 26, finding 3). A poll whose `after` is past
-//! the orbit's revision is answered at once (docs/DECISIONS.md), and a client may
-//! have at most `ORBIT_LONG_POLLS_PER_CLIENT` polls waiting (429 beyond).
-
-use std::time::{Duration, Instant};
+//! The change feed: `GET /api/v1/orbits/{orbit}/changes` with long poll. The reads,
+//! the shared waits and the per-client limit are `domain::changes`.
 
 use actix_web::{get, web, HttpResponse};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
 
-use crate::db;
-use crate::domain::access;
 use crate::domain::auth::Bearer;
-use crate::domain::feed::{OrbitWaiters, PollClient, Snapshot, ALL_ORBITS};
-use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::domain::changes::{self, ChangePage, ChangesQuery};
+use crate::error::{ApiError, ApiResult};
 use crate::http::api::responses::ReadErrors;
 use crate::http::api::{json_response, State};
-use crate::http::state::AppState;
-use crate::store::changes::load_page;
-pub use crate::store::changes::ChangeOut;
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChangesMeta {
-    /// The last revision returned, or `after` itself when the page is empty. Never null.
-    pub next_after: i64,
-    /// The orbit's revision when the page was read.
-    pub orbit_revision: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChangePage {
-    pub data: Vec<ChangeOut>,
-    pub meta: ChangesMeta,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ChangesQuery {
-    /// Return changes with a revision greater than this (default 0).
-    #[param(minimum = 0)]
-    pub after: Option<i64>,
-    /// Page size, 1..500 (default 100).
-    #[param(minimum = 1, maximum = 500)]
-    pub limit: Option<i64>,
-    /// Seconds to wait for the next change when there is none yet (0..30, default 0).
-    #[param(minimum = 0, maximum = 30)]
-    pub wait: Option<i64>,
-}
 
 /// Read an orbit's changes in revision order.
 ///
@@ -75,7 +32,7 @@ pub async fn list_changes(
     query: crate::http::json::Query<ChangesQuery>,
 ) -> ApiResult<HttpResponse> {
     let addr = state.limits.client_ip(&req);
-    let page = read_page(
+    let page = changes::read_page(
         &state,
         bearer,
         path.into_inner(),
@@ -85,184 +42,4 @@ pub async fn list_changes(
     .await?;
     let body = serde_json::to_vec(&page).map_err(|_| ApiError::internal())?;
     Ok(json_response(actix_web::http::StatusCode::OK, body))
-}
-
-/// The largest page: what a shared read fetches, so it serves every waiter.
-const MAX_LIMIT: i64 = 500;
-
-/// One page of an orbit's changes, waiting up to `wait` seconds for the next change
-/// when there is none yet (REST and MCP). `reference` is the orbit id or slug;
-/// `addr` the client address, which counts the long polls of a request without a
-/// token.
-pub async fn read_page(
-    state: &AppState,
-    bearer: Bearer,
-    reference: String,
-    q: ChangesQuery,
-    addr: Option<std::net::IpAddr>,
-) -> ApiResult<ChangePage> {
-    let after = q.after.unwrap_or(0);
-    let limit = q.limit.unwrap_or(100);
-    let wait = q.wait.unwrap_or(0);
-    let mut errors = FieldErrors::default();
-    if after < 0 {
-        errors.add("after", "must not be negative");
-    }
-    errors.range("limit", limit, 1, MAX_LIMIT);
-    errors.range("wait", wait, 0, 30);
-    errors.finish()?;
-
-    let deadline = Instant::now() + Duration::from_secs(wait as u64);
-    let client = match bearer.cache_key(&state.tokens) {
-        Some(key) => PollClient::Token(key),
-        None => PollClient::Addr(addr.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))),
-    };
-    let tokens = state.tokens.clone();
-    let (id, rows, orbit_revision) = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
-        let id = access::resolve(conn, &reference)?.id;
-        let (rows, rev) = load_page(conn, id, after, limit)?;
-        Ok((id, rows, rev))
-    })
-    .await?;
-    // A poll past the orbit's revision is answered at once: no write can be the
-    // one it waits for until the feed has caught up (docs/DECISIONS.md).
-    if !rows.is_empty() || wait == 0 || after > orbit_revision {
-        return Ok(page(rows, after, orbit_revision));
-    }
-    let Some(_slot) = state
-        .long_polls
-        .enter(client, state.config.long_polls_per_client)
-    else {
-        return Err(ApiError::too_many_requests(1).with_message(format!(
-            "This client already has {} long polls waiting. Wait for one to answer, \
-             or poll without `wait`.",
-            state.config.long_polls_per_client
-        )));
-    };
-    let (waiter, new) = state.feed_reads.join(id, after);
-    let mut latest = waiter.orbit.latest.subscribe();
-    if new {
-        start_reader(state.clone(), id, waiter.orbit.clone());
-    }
-    loop {
-        let snapshot = latest.borrow_and_update().clone();
-        if let Some(s) = snapshot.filter(|s| s.orbit_revision > after) {
-            if s.from <= after {
-                let rows: Vec<ChangeOut> = s
-                    .rows
-                    .iter()
-                    .filter(|c| c.revision > after)
-                    .take(limit as usize)
-                    .cloned()
-                    .collect();
-                if !rows.is_empty() {
-                    return Ok(page(rows, after, s.orbit_revision));
-                }
-            }
-            // The shared read began before this poll joined, or stopped short of
-            // its `after`: read this page alone (rare).
-            drop(waiter);
-            state
-                .feed_reads
-                .own_reads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return own_page(state, id, after, limit).await;
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            break;
-        }
-        match tokio::time::timeout(remaining, latest.changed()).await {
-            Ok(Ok(())) => continue,
-            // The deadline.
-            _ => break,
-        }
-    }
-    drop(waiter);
-    // One last read answers with whatever is there (likely empty); it also covers
-    // a wake-up lost between instances.
-    own_page(state, id, after, limit).await
-}
-
-fn page(rows: Vec<ChangeOut>, after: i64, orbit_revision: i64) -> ChangePage {
-    let next_after = rows.last().map(|c| c.revision).unwrap_or(after);
-    ChangePage {
-        data: rows,
-        meta: ChangesMeta {
-            next_after,
-            orbit_revision,
-        },
-    }
-}
-
-async fn own_page(state: &AppState, id: i64, after: i64, limit: i64) -> ApiResult<ChangePage> {
-    let (rows, orbit_revision) = db::read(&state.pool, move |conn| {
-        Ok(load_page(conn, id, after, limit)?)
-    })
-    .await?;
-    Ok(page(rows, after, orbit_revision))
-}
-
-/// The reader of one orbit's waiters: reads the feed once when it starts (a write
-/// may have landed before it listened) and once per wake-up after that, from the
-/// smallest `after` waiting, and hands the snapshot to every waiter. It ends when
-/// no poll waits.
-fn start_reader(state: AppState, orbit: i64, entry: std::sync::Arc<OrbitWaiters<ChangeOut>>) {
-    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-    tokio::spawn(async move {
-        let mut rx = state.hub.subscribe();
-        let mut first = true;
-        loop {
-            if !first {
-                let woke = tokio::time::timeout(Duration::from_secs(1), async {
-                    loop {
-                        match rx.recv().await {
-                            Ok(o) if o == orbit || o == ALL_ORBITS => return,
-                            Ok(_) => continue,
-                            Err(RecvError::Lagged(_)) => return,
-                            Err(RecvError::Closed) => std::future::pending::<()>().await,
-                        }
-                    }
-                })
-                .await;
-                if state.feed_reads.retire_if_idle(orbit, &entry) {
-                    return;
-                }
-                if woke.is_err() {
-                    continue;
-                }
-                // Wake-ups that arrived meanwhile are answered by this read too.
-                while !matches!(
-                    rx.try_recv(),
-                    Err(TryRecvError::Empty | TryRecvError::Closed)
-                ) {}
-            }
-            first = false;
-            let Some(from) = entry.min_after() else {
-                continue;
-            };
-            let read = db::read(&state.pool, move |conn| {
-                Ok(load_page(conn, orbit, from, MAX_LIMIT)?)
-            })
-            .await;
-            match read {
-                Ok((rows, orbit_revision)) => {
-                    state
-                        .feed_reads
-                        .shared_reads
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    entry
-                        .latest
-                        .send_replace(Some(std::sync::Arc::new(Snapshot {
-                            from,
-                            rows,
-                            orbit_revision,
-                        })));
-                }
-                // The waiters answer from their last read at their deadline.
-                Err(e) => tracing::debug!(error = %e, orbit, "shared feed read failed"),
-            }
-        }
-    });
 }

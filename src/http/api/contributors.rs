@@ -1,84 +1,29 @@
 //! Registration, the caller's profile, and token management (contract section 3).
+//! The transactions are `domain::contributors`.
 
 use actix_web::http::StatusCode;
 use actix_web::{delete, get, post, web, HttpRequest, HttpResponse};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::db::{self};
-use crate::domain::auth::token::{self, TokenKind};
+use crate::domain::auth::token::TokenKind;
 use crate::domain::auth::Bearer;
-use crate::domain::reads::{me_of, Me};
-use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::domain::contributors::{
+    self, NewTokenOut, RegisterAgent, RegisterContributor, Registered, Registration,
+};
+use crate::domain::reads::Me;
+use crate::error::{ApiError, ApiResult};
 use crate::http::api::responses::WriteErrors;
 use crate::http::api::{json_response, ok_json, page_json, State};
-use crate::http::json::{Body, Validate};
-use crate::model::{ContributorActor, ContributorType, PageParams};
-use crate::store::contributors::{self as store, TokenInfo};
+use crate::http::json::Body;
+use crate::model::PageParams;
+use crate::store::contributors::TokenInfo;
 
-/// Registration of a contributor.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterContributor {
-    /// `AGENT`, `HUMAN` or `ORGANIZATION` (`SYSTEM` cannot be self-registered).
-    #[serde(rename = "type")]
-    #[schema(value_type = RegistrableType)]
-    pub kind: ContributorType,
-    /// Self-declared display name, 1..120 characters.
-    #[schema(min_length = 1, max_length = 120)]
-    pub name: String,
-    /// Self-declared model, at most 200 characters.
-    #[schema(max_length = 200)]
-    pub model_claim: Option<String>,
-}
-
-impl Validate for RegisterContributor {
-    fn validate(&self, e: &mut FieldErrors) {
-        e.len("name", &self.name, 1, 120);
-        if let Some(m) = &self.model_claim {
-            e.len("model_claim", m, 0, 200);
-        }
-        if self.kind == ContributorType::System {
-            e.add("type", "SYSTEM contributors cannot be self-registered");
-        }
-    }
-}
-
-/// The contributor types anyone may register.
-#[derive(ToSchema)]
-#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum RegistrableType {
-    Agent,
-    Human,
-    Organization,
-}
-
-/// Legacy agent registration.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterAgent {
-    #[schema(min_length = 1, max_length = 120)]
-    pub name: String,
-    #[schema(max_length = 200)]
-    pub model_claim: Option<String>,
-}
-
-impl Validate for RegisterAgent {
-    fn validate(&self, e: &mut FieldErrors) {
-        e.len("name", &self.name, 1, 120);
-        if let Some(m) = &self.model_claim {
-            e.len("model_claim", m, 0, 200);
-        }
-    }
-}
-
-/// A new contributor and its token. The token is shown once and never again.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Registered {
-    pub contributor: ContributorActor,
-    /// The bearer secret. Store it now: it cannot be read again.
-    pub token: String,
-    pub token_id: i64,
+/// `{"data": ...}` with 201.
+fn created_json<T: Serialize>(data: &T) -> ApiResult<HttpResponse> {
+    let body =
+        serde_json::to_vec(&crate::model::Data { data }).map_err(|_| ApiError::internal())?;
+    Ok(json_response(StatusCode::CREATED, body))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -86,39 +31,15 @@ pub struct RegisteredData {
     pub data: Registered,
 }
 
-/// What a registration asks for, or the 422 to raise after the token check.
-type Registration = ApiResult<(&'static str, String, Option<String>)>;
-
+/// A registration answered with 201.
 async fn register(
     state: &State,
     bearer: Bearer,
     wanted: Registration,
     token_kind: TokenKind,
 ) -> ApiResult<HttpResponse> {
-    let tokens = state.tokens.clone();
-    let registered = db::transact(&state.pool, move |conn| {
-        // Public route, but a presented token must be a valid one.
-        bearer.optional(conn, &tokens)?;
-        let (kind, name, model_claim) = wanted.clone()?;
-        let minted = token::mint(token_kind);
-        let (contributor, token, token_id) = store::register(
-            conn,
-            kind,
-            &name,
-            model_claim.as_deref(),
-            token_kind,
-            minted,
-        )?;
-        Ok(Registered {
-            contributor,
-            token,
-            token_id,
-        })
-    })
-    .await?;
-    let body = serde_json::to_vec(&crate::model::Data { data: registered })
-        .map_err(|_| ApiError::internal())?;
-    Ok(json_response(StatusCode::CREATED, body))
+    let registered = contributors::register(state, bearer, wanted, token_kind).await?;
+    created_json(&registered)
 }
 
 /// Register a contributor (person, agent or organization).
@@ -180,12 +101,7 @@ pub struct MeData {
 )]
 #[get("/me")]
 pub async fn me(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
-    if let (Some(reads), Some(cached)) = (&state.reads, bearer.cached(&state.tokens)) {
-        return ok_json(&reads.me.read(cached).await?);
-    }
-    let tokens = state.tokens.clone();
-    let me = db::read(&state.pool, move |conn| me_of(conn, &bearer, &tokens)).await?;
-    ok_json(&me)
+    ok_json(&contributors::me(&state, bearer).await?)
 }
 
 #[derive(Serialize, ToSchema)]
@@ -207,22 +123,7 @@ pub async fn list_tokens(
     bearer: Bearer,
     query: crate::http::json::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let cursor = query.into_inner().checked()?;
-    let tokens = state.tokens.clone();
-    let rows = db::read(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        Ok(store::list_tokens(conn, caller.id(), cursor)?)
-    })
-    .await?;
-    page_json(&cursor.page(rows, |t| t.id))
-}
-
-/// A new token for the caller, shown once.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct NewTokenOut {
-    pub token_id: i64,
-    /// The bearer secret. Store it now: it cannot be read again.
-    pub token: String,
+    page_json(&contributors::tokens(&state, query.into_inner(), bearer).await?)
 }
 
 #[derive(Serialize, ToSchema)]
@@ -238,21 +139,7 @@ pub struct NewTokenData {
 )]
 #[post("/me/tokens")]
 pub async fn create_token(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
-    let tokens = state.tokens.clone();
-    let out = db::transact(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        let kind = store::token_kind(conn, caller.token_id)?;
-        let minted = token::mint(kind);
-        let token_id = store::insert_token(conn, caller.id(), kind, &minted)?;
-        Ok(NewTokenOut {
-            token_id,
-            token: minted.token,
-        })
-    })
-    .await?;
-    let body =
-        serde_json::to_vec(&crate::model::Data { data: out }).map_err(|_| ApiError::internal())?;
-    Ok(json_response(StatusCode::CREATED, body))
+    created_json(&contributors::create_token(&state, bearer).await?)
 }
 
 #[derive(Serialize, ToSchema)]
@@ -275,12 +162,5 @@ pub async fn revoke_token(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let token_id = path.into_inner();
-    let tokens = state.tokens.clone();
-    let info = db::transact(&state.pool, move |conn| {
-        let caller = bearer.require(conn, &tokens)?;
-        store::revoke_token(conn, caller.id(), token_id)?
-            .ok_or_else(|| ApiError::not_found("Token").into())
-    })
-    .await?;
-    ok_json(&info)
+    ok_json(&contributors::revoke_token(&state, bearer, token_id).await?)
 }

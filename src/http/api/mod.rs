@@ -1,6 +1,7 @@
-//! REST handlers, one module per resource, and the response helpers they share.
-//! Handlers are thin: parse, call the domain (`domain::write::run` for a write,
-//! `domain::write::public_read` for a read), shape the response.
+//! REST handlers, one module per resource, and the helpers they share. Handlers are
+//! thin: extract, call one function of `domain::<resource>` (a write's unit of work
+//! through [`write`], a read directly), shape the response. The MCP tools call the
+//! same domain functions (`http::mcp::tools`), writes through [`written`].
 
 pub mod artifacts;
 pub mod assessments;
@@ -24,18 +25,19 @@ pub mod webhooks;
 use actix_web::body::MessageBody;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
-use actix_web::web::Bytes;
 use actix_web::{web, HttpResponse};
-use diesel::{PgConnection, QueryResult};
+use diesel::PgConnection;
 use serde::Serialize;
 
-use crate::db::{self, TxResult};
+use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, REPLAYED_HEADER};
+use crate::domain::write::{page_bytes, Written};
 pub use crate::domain::write::{public_read, Reply};
+use crate::domain::Core;
 use crate::error::{ApiError, ApiResult};
+use crate::http::json::Body;
 use crate::http::state::AppState;
-use crate::perf::listcache::{self, ListKey, ListRoute, Stamp};
 use crate::perf::quick::QuickCall;
 
 pub type State = web::Data<AppState>;
@@ -63,100 +65,46 @@ pub fn page_json<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<HttpRe
     Ok(json_response(StatusCode::OK, page_bytes(page)?))
 }
 
-/// A list page's body.
-fn page_bytes<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<Vec<u8>> {
-    serde_json::to_vec(page).map_err(|e| {
-        tracing::error!(error = %e, "cannot serialize a response");
-        ApiError::internal()
-    })
+/// A body read through the list cache (`domain::write::public_list`), with 200.
+pub fn list_json(body: web::Bytes) -> HttpResponse {
+    json_response(StatusCode::OK, body)
 }
 
-/// A public list page of one orbit, through the list cache (`src/perf/listcache.rs`): on
-/// one pool checkout, the presented token is checked as in [`public_read`], then
-/// one statement reads the orbit (404 if absent), its revision and the clock; a
-/// cached page whose stamp holds at them is answered as is. Otherwise `page` reads
-/// the page with its stamp in one statement, and the body is kept for the next
-/// reads. `params` are the list's query parameters with defaults applied.
-pub async fn public_list<T, F>(
-    state: &AppState,
+/// Runs a write through `domain::write::run` (REST handlers and MCP tools alike):
+/// the body's canonical form goes into the key's fingerprint, and `work`, the
+/// operation's unit of work, gets the parsed body or its 422 to raise after its own
+/// 401/404/403 checks. `quick`, when given, is the lease cycle's quick form.
+pub async fn written<T, F>(
+    op: &'static Operation,
+    core: &Core,
     bearer: Bearer,
-    reference: String,
-    route: ListRoute,
-    params: String,
-    page: F,
-) -> ApiResult<Bytes>
+    key: IdemHeader,
+    body: Body<T>,
+    quick: Option<QuickCall>,
+    mut work: F,
+) -> ApiResult<Written>
 where
-    T: Serialize + Send + 'static,
-    F: FnOnce(&mut PgConnection, i64) -> QueryResult<Option<(crate::model::Page<T>, Stamp)>>
+    T: Send + 'static,
+    F: FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
         + Send
         + 'static,
 {
-    enum Read<T> {
-        Hit(Bytes),
-        Miss(ListKey, crate::model::Page<T>, Stamp),
-    }
-    let tokens = state.tokens.clone();
-    let cache = state.list_cache.clone();
-    let read = db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
-        let orbit = listcache::probe(conn, &reference)?.ok_or(ApiError::not_found("Orbit"))?;
-        let key = ListKey {
-            route,
-            orbit_id: orbit.id,
-            params,
-        };
-        if let Some(body) = cache.get(&key, orbit.revision, orbit.now) {
-            return Ok(Read::Hit(body));
-        }
-        let (rows, stamp) = page(conn, orbit.id)?.ok_or(ApiError::not_found("Orbit"))?;
-        Ok(Read::Miss(key, rows, stamp))
-    })
-    .await?;
-    match read {
-        Read::Hit(body) => Ok(body),
-        Read::Miss(key, rows, stamp) => {
-            let body = Bytes::from(page_bytes(&rows)?);
-            state.list_cache.put(key, stamp, body.clone());
-            Ok(body)
-        }
-    }
+    let canonical = body.canonical.clone();
+    crate::domain::write::run(
+        core,
+        bearer,
+        key,
+        op,
+        canonical,
+        quick,
+        move |conn, who, gate| work(conn, who, gate, body.check()),
+    )
+    .await
 }
 
-/// Runs an authenticated write as one transaction:
-/// authenticate → `work` (lookups, permission checks, `gate.claim`, effect,
-/// revision) → store the response under the key → commit.
-pub async fn write<F>(
-    state: &AppState,
-    bearer: Bearer,
-    key: IdemHeader,
-    op: &'static Operation,
-    body_canonical: String,
-    work: F,
-) -> ApiResult<HttpResponse>
-where
-    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
-{
-    write_quick(state, bearer, key, op, body_canonical, None, work).await
-}
-
-/// [`write`] for a lease-cycle write that may run as a quick write (`src/perf/quick.rs`):
-/// with a token this instance has verified and a key, `quick` runs first, in the
-/// next group of quick writes; when it declines, `work` runs exactly as in
-/// [`write`], as its own unit of work (one `web::block`, one pool checkout).
-pub async fn write_quick<F>(
-    state: &AppState,
-    bearer: Bearer,
-    key: IdemHeader,
-    op: &'static Operation,
-    body_canonical: String,
-    quick: Option<QuickCall>,
-    work: F,
-) -> ApiResult<HttpResponse>
-where
-    F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
-{
-    let written =
-        crate::domain::write::run(state, bearer, key, op, body_canonical, quick, work).await?;
+/// A write's answer: the stored status and body; a replay carries
+/// `Idempotency-Replayed: true`.
+pub fn respond(written: Written) -> HttpResponse {
     let mut resp = json_response(written.status, written.body);
     if written.replayed {
         resp.headers_mut().insert(
@@ -164,5 +112,25 @@ where
             HeaderValue::from_static("true"),
         );
     }
-    Ok(resp)
+    resp
+}
+
+/// A REST write: [`written`], answered by [`respond`]. `quick`, for a lease-cycle
+/// write that may run as a quick write (`src/perf/quick.rs`): with a token this
+/// instance has verified and a key, it runs first, in the next group of quick
+/// writes; when it declines, `work` runs as its own unit of work.
+pub async fn write<T: Send + 'static>(
+    op: &'static Operation,
+    state: &AppState,
+    bearer: Bearer,
+    key: IdemHeader,
+    body: Body<T>,
+    quick: Option<QuickCall>,
+    work: impl FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
+        + Send
+        + 'static,
+) -> ApiResult<HttpResponse> {
+    Ok(respond(
+        written(op, state, bearer, key, body, quick, work).await?,
+    ))
 }

@@ -1,26 +1,19 @@
-//! Problems: create, list, read, status change, and the overview (contract section 6).
+//! Problems: create, list, read, status change, and the overview (contract section
+//! 6). The units of work and reads are `domain::problems`.
 
 use actix_web::{get, post, web, HttpResponse};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::db::{TxError, TxResult};
-use crate::domain::access;
-use crate::domain::auth::{Bearer, Caller};
-use crate::domain::idempotency::{Gate, IdemHeader, IdempotencyKeyRequired, Operation};
-use crate::domain::revision::Change;
-use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::http::api::public_read;
+use crate::domain::auth::Bearer;
+use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
+use crate::domain::problems::{self, CreateProblem, ProblemQuery, SetProblemStatus};
+use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{ok_json, page_json, write, Reply, State};
-use crate::http::json::{Body, Validate};
-use crate::model::page_bounds;
-use crate::model::verbatim;
+use crate::http::api::{ok_json, page_json, write, State};
+use crate::http::json::Body;
 use crate::model::PageMeta;
-use crate::store::contributions as contribution_store;
-use crate::store::handoffs as handoff_store;
-use crate::store::orbits::Role;
-use crate::store::problems::{self as store, Problem, ProblemOverview, ProblemStatus};
+use crate::store::problems::{Problem, ProblemOverview};
 
 #[derive(Serialize, ToSchema)]
 pub struct ProblemData {
@@ -37,33 +30,6 @@ pub struct ProblemPage {
 pub struct ProblemOverviewData {
     pub data: ProblemOverview,
 }
-
-/// Body of `POST /api/v1/orbits/{orbit}/problems`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateProblem {
-    #[schema(min_length = 1, max_length = 200)]
-    pub title: String,
-    /// May be empty.
-    #[schema(max_length = 20000)]
-    pub statement: String,
-}
-
-impl Validate for CreateProblem {
-    fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "title", &self.title, 1, 200);
-        verbatim::text(e, "statement", &self.statement, 0, 20000);
-    }
-}
-
-/// Reads a problem back inside the write's transaction (before the revision, so
-/// the orbit lock is held only for the last statements before commit).
-fn written_problem(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Problem> {
-    Ok(store::problem(conn, id)?.ok_or(ApiError::internal())?)
-}
-
-pub static CREATE_PROBLEM: Operation =
-    Operation::required("POST", "/api/v1/orbits/{orbit}/problems");
 
 /// Create a problem in an orbit (members only). It starts OPEN.
 #[utoipa::path(
@@ -82,61 +48,16 @@ pub async fn create_problem(
     body: Body<CreateProblem>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let canonical = body.canonical.clone();
     write(
+        &problems::CREATE_PROBLEM,
         &state,
         bearer,
         key,
-        &CREATE_PROBLEM,
-        canonical,
-        move |conn, caller, gate| create(conn, caller, gate, &reference, &body),
+        body,
+        None,
+        move |c, who, g, b| problems::create(c, who, g, &reference, b),
     )
     .await
-}
-
-/// Creating a problem, inside `domain::write::run`'s transaction (REST and MCP).
-pub fn create(
-    conn: &mut diesel::PgConnection,
-    caller: &Caller,
-    gate: &mut Gate,
-    reference: &str,
-    body: &Body<CreateProblem>,
-) -> TxResult<Reply> {
-    let orbit = access::resolve(conn, reference)?;
-    access::require_member(conn, orbit.id, caller.id())?;
-    let value = body.check()?;
-    if let Some(stored) = gate.claim(conn, &[orbit.id])? {
-        return Ok(Reply::replayed(stored));
-    }
-    let id = store::insert(conn, orbit.id, &value.title, &value.statement, caller.id())?;
-    let mut out = written_problem(conn, id)?;
-    let rev = gate.record(
-        orbit.id,
-        caller.id(),
-        Change {
-            kind: "problem.created",
-            entity_type: "problem",
-            entity_id: id,
-            task_id: None,
-            summary: format!("problem {id} created"),
-        },
-    )?;
-    out.orbit_revision = Some(rev);
-    Reply::created(&out, orbit.id)
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ProblemQuery {
-    /// Only problems with this status.
-    pub status: Option<ProblemStatus>,
-    /// Page size, 1..100 (default 50).
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<i64>,
-    /// Return problems with an id greater than this.
-    #[param(minimum = 0)]
-    pub after: Option<i64>,
 }
 
 /// List an orbit's problems, ascending by id.
@@ -154,14 +75,7 @@ pub async fn list_problems(
     query: crate::http::json::Query<ProblemQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
-    let cursor = page_bounds(q.limit, q.after)?;
-    let reference = path.into_inner();
-    let status = q.status.map(ProblemStatus::as_str);
-    let rows = public_read(&state, bearer, move |conn| {
-        page(conn, &reference, status, cursor)
-    })
-    .await?;
-    page_json(&cursor.page(rows, |p| p.id))
+    page_json(&problems::list(&state, q, bearer, path.into_inner()).await?)
 }
 
 /// Read a problem.
@@ -178,22 +92,8 @@ pub async fn get_problem(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let problem = public_read(&state, bearer, move |conn| read(conn, id)).await?;
-    ok_json(&problem)
+    ok_json(&problems::get(&state, bearer, id).await?)
 }
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SetProblemStatus {
-    pub status: ProblemStatus,
-}
-
-impl Validate for SetProblemStatus {
-    fn validate(&self, _: &mut FieldErrors) {}
-}
-
-pub static SET_PROBLEM_STATUS: Operation =
-    Operation::required("POST", "/api/v1/problems/{problem}/status");
 
 /// Set a problem's status, OPEN or RESOLVED (MAINTAINER or higher). Setting the
 /// current status again is still a write (one revision, `problem.updated`).
@@ -213,51 +113,16 @@ pub async fn set_problem_status(
     body: Body<SetProblemStatus>,
 ) -> ApiResult<HttpResponse> {
     let problem_id = path.into_inner();
-    let canonical = body.canonical.clone();
     write(
+        &problems::SET_PROBLEM_STATUS,
         &state,
         bearer,
         key,
-        &SET_PROBLEM_STATUS,
-        canonical,
-        move |conn, caller, gate| set_status(conn, caller, gate, problem_id, &body),
+        body,
+        None,
+        move |c, who, g, b| problems::set_status(c, who, g, problem_id, b),
     )
     .await
-}
-
-/// Setting a problem's status, inside `domain::write::run`'s transaction (REST and MCP).
-pub fn set_status(
-    conn: &mut diesel::PgConnection,
-    caller: &Caller,
-    gate: &mut Gate,
-    problem_id: i64,
-    body: &Body<SetProblemStatus>,
-) -> TxResult<Reply> {
-    let orbit_id =
-        store::problem_orbit(conn, problem_id)?.ok_or_else(|| ApiError::not_found("Problem"))?;
-    access::require_role(conn, orbit_id, caller.id(), Role::Maintainer)?;
-    let value = body.check()?;
-    if let Some(stored) = gate.claim(conn, &[problem_id])? {
-        return Ok(Reply::replayed(stored));
-    }
-    let old = store::set_status(conn, problem_id, value.status)?;
-    let mut out = written_problem(conn, problem_id)?;
-    let rev = gate.record(
-        orbit_id,
-        caller.id(),
-        Change {
-            kind: "problem.updated",
-            entity_type: "problem",
-            entity_id: problem_id,
-            task_id: None,
-            summary: format!(
-                "problem {problem_id} status {old} -> {}",
-                value.status.as_str()
-            ),
-        },
-    )?;
-    out.orbit_revision = Some(rev);
-    Reply::ok(&out, orbit_id)
 }
 
 /// A problem at a glance, in one request whose cost does not grow with the number
@@ -281,54 +146,5 @@ pub async fn problem_overview(
     path: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let overview = public_read(&state, bearer, move |conn| overview(conn, id)).await?;
-    ok_json(&overview)
-}
-
-/// A problem's overview read in one snapshot (REST and MCP).
-pub fn overview(conn: &mut diesel::PgConnection, id: i64) -> TxResult<ProblemOverview> {
-    // One snapshot: the counts, lists and revision agree with each other.
-    conn.build_transaction()
-        .read_only()
-        .repeatable_read()
-        .run::<_, TxError, _>(|conn| {
-            let problem =
-                store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem"))?;
-            let (task_counts, contribution_counts, verdict_counts) =
-                store::counters(conn, problem.orbit_id, id)?;
-            let latest_contributions =
-                contribution_store::latest_of_problem(conn, id, store::LATEST)?;
-            let mut pending_handoffs = Vec::new();
-            for h in store::pending_handoff_ids(conn, problem.orbit_id, id)? {
-                if let Some(handoff) = handoff_store::handoff(conn, h)? {
-                    pending_handoffs.push(handoff);
-                }
-            }
-            let orbit_revision = store::orbit_revision(conn, problem.orbit_id)?;
-            Ok(ProblemOverview {
-                problem,
-                task_counts,
-                contribution_counts,
-                verdict_counts,
-                latest_contributions,
-                pending_handoffs,
-                orbit_revision,
-            })
-        })
-}
-
-/// A page of an orbit's problems (REST and MCP).
-pub fn page(
-    conn: &mut diesel::PgConnection,
-    reference: &str,
-    status: Option<&'static str>,
-    cursor: crate::model::Cursor,
-) -> TxResult<Vec<crate::store::problems::Problem>> {
-    let orbit = access::resolve(conn, reference)?;
-    Ok(store::problems_of_orbit(conn, orbit.id, status, cursor)?)
-}
-
-/// A problem (REST and MCP).
-pub fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<crate::store::problems::Problem> {
-    store::problem(conn, id)?.ok_or_else(|| ApiError::not_found("Problem").into())
+    ok_json(&problems::get_overview(&state, bearer, id).await?)
 }

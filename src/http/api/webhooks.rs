@@ -1,17 +1,16 @@
 //! The caller's webhook subscriptions, `/api/v1/me/webhooks` (contract section 15):
 //! parse, call the verb in `domain::webhooks`, shape the answer.
 
-use actix_web::http::header::{self, HeaderValue};
 use actix_web::{delete, get, post, web, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::auth::Bearer;
-use crate::domain::idempotency::{IdemHeader, IdempotencyKeyOptional, REPLAYED_HEADER};
+use crate::domain::idempotency::{IdemHeader, IdempotencyKeyOptional};
 use crate::domain::webhooks::{self as domain, CreateWebhook, Delivery, Webhook};
 use crate::error::{ApiResult, FieldErrors};
 use crate::http::api::responses::WriteErrors;
-use crate::http::api::{json_response, ok_json, page_json, State};
+use crate::http::api::{ok_json, page_json, respond, State};
 use crate::http::json::{Body, Validate};
 use crate::model::{PageMeta, PageParams};
 
@@ -64,14 +63,7 @@ pub async fn create_webhook(
 ) -> ApiResult<HttpResponse> {
     let parsed = body.check().cloned();
     let written = domain::create(&state, bearer, key, parsed, body.canonical.clone()).await?;
-    let mut resp = json_response(written.status, written.body);
-    if written.replayed {
-        resp.headers_mut().insert(
-            header::HeaderName::from_static(REPLAYED_HEADER),
-            HeaderValue::from_static("true"),
-        );
-    }
-    Ok(resp)
+    Ok(respond(written))
 }
 
 /// The caller's webhook subscriptions, ascending by id (never their secrets).

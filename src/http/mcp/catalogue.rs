@@ -9,13 +9,13 @@
 //!
 //! Adding the tool for a new REST route (e.g. `/api/v1/me/webhooks`):
 //! 1. make the route's unit of work (a write) or its read a `pub fn` of its
-//!    `http::api::<resource>` module, called by the handler;
+//!    `domain::<resource>` module, called by the handler;
 //! 2. add a `Def` to `DEFS` here: its name, `rest: &["<operationId>"]`, a description
 //!    that names the refusals and their reaction, and its input (`Input::Write` with
 //!    the path arguments, the body's OpenAPI component and the route's `Operation`;
 //!    `Input::Read` with its argument names, new ones in `arg_schema`);
-//! 3. add the call to `tools::call` (parse the arguments like the handler parses the
-//!    request, call the same function);
+//! 3. add an arm to `tools::run` (take the arguments apart like the handler takes
+//!    the request apart, call the same domain function);
 //! 4. list the tool in agents.md's tool table (a test compares it with `tools/list`).
 //!
 //! A route that is no agent verb (an SSE stream, an operator's endpoint) goes into
@@ -27,7 +27,7 @@ use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{json, Map, Value};
 
 use crate::domain::idempotency::{KeyRule, Operation};
-use crate::http::api::{
+use crate::domain::{
     artifacts, assessments, checkpoints, contributions, handoffs, leases, members, memory, orbits,
     problems, tasks,
 };

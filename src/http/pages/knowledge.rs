@@ -1,5 +1,5 @@
 //! A problem's page (`/o/{slug}/problems/{id}`: the API's overview,
-//! `api::problems::overview`, rendered) and a contribution's page
+//! `domain::problems::overview`, rendered) and a contribution's page
 //! (`/o/{slug}/contributions/{id}`: the current revision, every earlier one, what
 //! changed between consecutive revisions as a line diff, and each revision's own
 //! assessments, never merged or averaged). Revisions page backwards with `?upto=`.
@@ -33,7 +33,7 @@ async fn problem_page(state: State, slug: String, segment: String) -> PageResult
     let id = path_id(&segment, "Problem")?;
     let (orbit, o) = read(&state, move |conn| {
         let orbit = orbit_of(conn, &slug)?;
-        let overview = crate::http::api::problems::overview(conn, id)?;
+        let overview = crate::domain::problems::overview(conn, id)?;
         if overview.problem.orbit_id != orbit.id {
             return Err(ApiError::not_found("Problem").into());
         }

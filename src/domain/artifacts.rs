@@ -1,0 +1,232 @@
+//! Artifacts: small stored files (contract section 6): the body's rules (media
+//! type, base64), the unit of work and the reads behind `http::api::artifacts` and
+//! the MCP tools. How the bytes are served is the handler's (`http::api::artifacts`).
+
+use base64::Engine as _;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use crate::db::TxResult;
+use crate::domain::access;
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::idempotency::{Gate, Operation};
+use crate::domain::revision::Change;
+use crate::domain::write::{claim, public_page, public_read, Reply};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::model::{verbatim, Page, PageParams, Validate};
+use crate::store::artifacts::{self as store, Artifact, ContentHead};
+
+/// Body of `POST /api/v1/orbits/{orbit}/artifacts`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArtifact {
+    #[schema(min_length = 1, max_length = 200)]
+    pub name: String,
+    /// `type/subtype` with optional `; name=value` parameters (RFC 6838 names), at
+    /// most 200 characters, e.g. `text/plain; charset=utf-8`.
+    #[schema(min_length = 3, max_length = 200, example = "application/pdf")]
+    pub media_type: String,
+    /// The content in standard base64 (RFC 4648 section 4, with padding). The whole
+    /// request must fit in 256 KiB, so the content can be at most about 190 KiB.
+    #[schema(format = Byte)]
+    pub content_base64: String,
+}
+
+impl Validate for CreateArtifact {
+    fn validate(&self, e: &mut FieldErrors) {
+        verbatim::text(e, "name", &self.name, 1, 200);
+        if !is_media_type(&self.media_type) {
+            e.add(
+                "media_type",
+                "must be a media type such as `application/octet-stream` or \
+                 `text/plain; charset=utf-8` (at most 200 characters)",
+            );
+        }
+        if decode(&self.content_base64).is_none() {
+            e.add("content_base64", "must be standard base64 with padding");
+        }
+    }
+}
+
+fn decode(b64: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD.decode(b64).ok()
+}
+
+/// RFC 6838 restricted-name: 1..127 characters, alphanumeric first.
+fn is_restricted_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
+        && s.len() <= 127
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+}
+
+/// RFC 9110 token.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn is_quoted(s: &str) -> bool {
+    s.len() >= 2
+        && s.starts_with('"')
+        && s.ends_with('"')
+        && s[1..s.len() - 1]
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// `type/subtype` plus optional `; name=value` parameters, at most 200 characters,
+/// all of it usable as a `Content-Type` header value as stored.
+pub fn is_media_type(s: &str) -> bool {
+    if s.len() > 200 {
+        return false;
+    }
+    let mut parts = s.split(';');
+    let essence = parts.next().unwrap_or("");
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    is_restricted_name(kind)
+        && is_restricted_name(subtype)
+        && parts.all(|p| {
+            let p = p.trim_start_matches([' ', '\t']);
+            matches!(p.split_once('='), Some((name, value))
+                if is_token(name) && (is_token(value) || is_quoted(value)))
+        })
+}
+
+/// The content decoded and hashed, once, outside the transaction (which may be
+/// retried); `None` for a body that does not check.
+pub fn decoded(body: ApiResult<&CreateArtifact>) -> Option<(Vec<u8>, String)> {
+    body.ok()
+        .and_then(|v| decode(&v.content_base64))
+        .map(|content| {
+            let sha256 = hex::encode(Sha256::digest(&content));
+            (content, sha256)
+        })
+}
+
+pub static CREATE_ARTIFACT: Operation =
+    Operation::required("POST", "/api/v1/orbits/{orbit}/artifacts");
+
+/// Storing an artifact, inside `domain::write::run`'s transaction (REST and MCP). `decoded` is [`decoded`]'s answer.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    body: ApiResult<&CreateArtifact>,
+    decoded: &Option<(Vec<u8>, String)>,
+) -> TxResult<Reply> {
+    let orbit = access::member_orbit(conn, reference, caller.id())?;
+    let value = body?;
+    let (content, sha256) = decoded.as_ref().ok_or(ApiError::internal())?;
+    let size = content.len() as i64;
+    claim!(gate, conn, &[orbit.id]);
+    let id = store::insert(
+        conn,
+        orbit.id,
+        &value.name,
+        &value.media_type,
+        size,
+        sha256,
+        content,
+        caller.id(),
+    )?;
+    let mut artifact = store::artifact(conn, id)?.ok_or(ApiError::internal())?;
+    artifact.orbit_revision = Some(gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "artifact.created",
+            entity_type: "artifact",
+            entity_id: id,
+            task_id: None,
+            summary: format!("artifact {id} stored ({size} bytes, sha256 {sha256})"),
+        },
+    )?);
+    Reply::created(&artifact, orbit.id)
+}
+
+/// An orbit's artifacts (metadata), ascending by id (REST and MCP).
+pub async fn list(
+    core: &Core,
+    params: PageParams,
+    bearer: Bearer,
+    reference: String,
+) -> ApiResult<Page<Artifact>> {
+    let cursor = params.checked()?;
+    public_page(
+        core,
+        bearer,
+        cursor,
+        |a: &Artifact| a.id,
+        move |conn, cursor| {
+            let orbit = access::resolve(conn, &reference)?;
+            Ok(store::artifacts_of_orbit(conn, orbit.id, cursor)?)
+        },
+    )
+    .await
+}
+
+/// An artifact's metadata (REST and MCP).
+pub async fn get(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Artifact> {
+    public_read(core, bearer, move |conn| {
+        store::artifact(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact").into())
+    })
+    .await
+}
+
+/// An artifact's name, media type and hash, and its bytes unless `held` says the
+/// caller already holds them (`held` gets the SHA-256 in hex).
+pub async fn content(
+    core: &Core,
+    bearer: Bearer,
+    id: i64,
+    held: impl FnOnce(&str) -> bool + Send + 'static,
+) -> ApiResult<(ContentHead, Option<Vec<u8>>)> {
+    public_read(core, bearer, move |conn| {
+        let head = store::content_head(conn, id)?.ok_or_else(|| ApiError::not_found("Artifact"))?;
+        if held(&head.sha256) {
+            return Ok((head, None));
+        }
+        let bytes = store::content(conn, id)?;
+        Ok((head, Some(bytes)))
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types_are_type_slash_subtype_with_parameters() {
+        for ok in [
+            "application/octet-stream",
+            "text/plain; charset=utf-8",
+            "text/plain;charset=\"utf-8\"",
+            "application/vnd.api+json",
+            "image/svg+xml",
+        ] {
+            assert!(is_media_type(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "text",
+            "text/",
+            "/plain",
+            "text/plain; charset",
+            "text/plain\r\nX-Evil: 1",
+            "text/pl ain",
+            " text/plain",
+            "tëxt/plain",
+            &format!("a/{}", "b".repeat(199)),
+        ] {
+            assert!(!is_media_type(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Checkpoints: saved progress on a task (contract section 9.1): the body's rules,
+//! the state hash, the unit of work and the reads, for `http::api::checkpoints` and
+//! the MCP tools.
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use crate::db::TxResult;
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::fence::{self, Guard};
+use crate::domain::idempotency::{Gate, Operation};
+use crate::domain::revision::Change;
+use crate::domain::tasks::task_member;
+use crate::domain::write::{claim, public_read, Reply};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::model::canonical::canonical_json;
+use crate::model::{Page, PageParams, Validate};
+use crate::store::refs;
+use crate::store::tasks::{self as store, Checkpoint};
+
+/// The canonical form of `state` may be at most this long.
+pub const MAX_STATE_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCheckpoint {
+    /// The version of the lease you hold.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    #[schema(min_length = 1, max_length = 4000)]
+    pub summary: String,
+    /// Any JSON whose RFC 8785 canonical form is at most 64 KiB.
+    #[schema(value_type = Object)]
+    pub state: serde_json::Value,
+    /// Artifacts of the same orbit.
+    pub artifact_ids: Option<Vec<i64>>,
+}
+
+impl Validate for CreateCheckpoint {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.lease_version < 1 {
+            e.add("lease_version", "must be at least 1");
+        }
+        e.len("summary", &self.summary, 1, 4000);
+        if canonical_json(&self.state).len() > MAX_STATE_BYTES {
+            e.add("state", "its canonical JSON form must be at most 64 KiB");
+        }
+        if let Some(ids) = &self.artifact_ids {
+            if ids.len() > 100 {
+                e.add("artifact_ids", "at most 100 artifacts");
+            }
+        }
+    }
+}
+
+/// The canonical form of a valid body's `state` and its SHA-256 (hex).
+pub fn state_hash(body: ApiResult<&CreateCheckpoint>) -> Option<(String, String)> {
+    body.ok().map(|v| {
+        let c = canonical_json(&v.state);
+        let h = hex::encode(Sha256::digest(c.as_bytes()));
+        (c, h)
+    })
+}
+
+pub static CREATE_CHECKPOINT: Operation =
+    Operation::required("POST", "/api/v1/tasks/{task}/checkpoints");
+
+/// Checkpoint creation, inside `domain::write::run`'s transaction (REST and MCP). `hashed` is
+/// `state_hash(body)`, computed once outside the (retried) transaction.
+pub fn create(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    task_id: i64,
+    body: ApiResult<&CreateCheckpoint>,
+    hashed: &Option<(String, String)>,
+) -> TxResult<Reply> {
+    let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+    let value = body?;
+    let (state_canonical, state_hash) = hashed.as_ref().ok_or(ApiError::internal())?;
+    let artifact_ids = value.artifact_ids.clone().unwrap_or_default();
+    if !refs::artifacts_in_orbit(conn, orbit_id, &artifact_ids)? {
+        return Err(
+            ApiError::field("artifact_ids", "every artifact must exist in this orbit").into(),
+        );
+    }
+    claim!(gate, conn, &[task_id]);
+    let version = value.lease_version;
+    let (task, held) = fence::guard(conn, task_id, caller.id(), version, None, Guard::Checkpoint)?;
+    let mut checkpoint = store::insert_checkpoint(
+        conn,
+        task_id,
+        orbit_id,
+        held.lease_version,
+        caller.id(),
+        &value.summary,
+        state_canonical,
+        state_hash,
+        &artifact_ids,
+        task.now,
+    )?;
+    let id = checkpoint.id;
+    checkpoint.orbit_revision = Some(gate.record(
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "checkpoint.created",
+            entity_type: "checkpoint",
+            entity_id: id,
+            task_id: Some(task_id),
+            summary: format!(
+                "checkpoint {} of task {task_id} under lease v{}",
+                checkpoint.sequence, held.lease_version
+            ),
+        },
+    )?);
+    Reply::created(&checkpoint, orbit_id)
+}
+
+/// A task's checkpoints, ascending (REST and MCP).
+pub async fn list(
+    core: &Core,
+    params: PageParams,
+    bearer: Bearer,
+    task_id: i64,
+) -> ApiResult<Page<Checkpoint>> {
+    let cursor = params.checked()?;
+    public_read(core, bearer, move |conn| {
+        crate::domain::reads::checkpoints(conn, task_id, cursor)
+    })
+    .await
+}
+
+/// A checkpoint (REST and MCP).
+pub async fn get(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Checkpoint> {
+    public_read(core, bearer, move |conn| read(conn, id)).await
+}
+
+/// A checkpoint.
+fn read(conn: &mut diesel::PgConnection, id: i64) -> TxResult<Checkpoint> {
+    store::checkpoint(conn, id)?.ok_or_else(|| ApiError::not_found("Checkpoint").into())
+}

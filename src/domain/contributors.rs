@@ -1,0 +1,172 @@
+//! Registration, the caller's profile, and token management (contract section 3):
+//! the bodies' rules and the transactions behind `http::api::contributors` (and
+//! `whoami`, the MCP form of `/me`).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::db;
+use crate::domain::auth::token::{self, TokenKind};
+use crate::domain::auth::Bearer;
+use crate::domain::reads::{me_of, Me};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::model::{ContributorActor, ContributorType, Page, PageParams, Validate};
+use crate::store::contributors::{self as store, TokenInfo};
+
+/// Registration of a contributor.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterContributor {
+    /// `AGENT`, `HUMAN` or `ORGANIZATION` (`SYSTEM` cannot be self-registered).
+    #[serde(rename = "type")]
+    #[schema(value_type = RegistrableType)]
+    pub kind: ContributorType,
+    /// Self-declared display name, 1..120 characters.
+    #[schema(min_length = 1, max_length = 120)]
+    pub name: String,
+    /// Self-declared model, at most 200 characters.
+    #[schema(max_length = 200)]
+    pub model_claim: Option<String>,
+}
+
+impl Validate for RegisterContributor {
+    fn validate(&self, e: &mut FieldErrors) {
+        e.len("name", &self.name, 1, 120);
+        if let Some(m) = &self.model_claim {
+            e.len("model_claim", m, 0, 200);
+        }
+        if self.kind == ContributorType::System {
+            e.add("type", "SYSTEM contributors cannot be self-registered");
+        }
+    }
+}
+
+/// The contributor types anyone may register.
+#[derive(ToSchema)]
+#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RegistrableType {
+    Agent,
+    Human,
+    Organization,
+}
+
+/// Legacy agent registration.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterAgent {
+    #[schema(min_length = 1, max_length = 120)]
+    pub name: String,
+    #[schema(max_length = 200)]
+    pub model_claim: Option<String>,
+}
+
+impl Validate for RegisterAgent {
+    fn validate(&self, e: &mut FieldErrors) {
+        e.len("name", &self.name, 1, 120);
+        if let Some(m) = &self.model_claim {
+            e.len("model_claim", m, 0, 200);
+        }
+    }
+}
+
+/// A new contributor and its token. The token is shown once and never again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Registered {
+    pub contributor: ContributorActor,
+    /// The bearer secret. Store it now: it cannot be read again.
+    pub token: String,
+    pub token_id: i64,
+}
+
+/// What a registration asks for (type, name, model claim), or the 422 to raise
+/// after the token check.
+pub type Registration = ApiResult<(&'static str, String, Option<String>)>;
+
+/// Registers a contributor with a new token of `token_kind`, in one transaction: a
+/// presented token must be valid (public route), then the body's 422, if any.
+pub async fn register(
+    core: &Core,
+    bearer: Bearer,
+    wanted: Registration,
+    token_kind: TokenKind,
+) -> ApiResult<Registered> {
+    let tokens = core.tokens.clone();
+    db::transact(&core.pool, move |conn| {
+        // Public route, but a presented token must be a valid one.
+        bearer.optional(conn, &tokens)?;
+        let (kind, name, model_claim) = wanted.clone()?;
+        let minted = token::mint(token_kind);
+        let (contributor, token, token_id) = store::register(
+            conn,
+            kind,
+            &name,
+            model_claim.as_deref(),
+            token_kind,
+            minted,
+        )?;
+        Ok(Registered {
+            contributor,
+            token,
+            token_id,
+        })
+    })
+    .await
+}
+
+/// The caller's contributor and memberships (`/me`, the `whoami` tool): through the
+/// grouped reads for a token this instance has verified.
+pub async fn me(core: &Core, bearer: Bearer) -> ApiResult<Me> {
+    if let (Some(reads), Some(cached)) = (&core.reads, bearer.cached(&core.tokens)) {
+        return reads.me.read(cached).await;
+    }
+    let tokens = core.tokens.clone();
+    db::read(&core.pool, move |conn| me_of(conn, &bearer, &tokens)).await
+}
+
+/// The caller's tokens (never their secrets), ascending by id.
+pub async fn tokens(core: &Core, params: PageParams, bearer: Bearer) -> ApiResult<Page<TokenInfo>> {
+    let cursor = params.checked()?;
+    let tokens = core.tokens.clone();
+    let rows = db::read(&core.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        Ok(store::list_tokens(conn, caller.id(), cursor)?)
+    })
+    .await?;
+    Ok(cursor.page(rows, |t| t.id))
+}
+
+/// A new token for the caller, shown once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewTokenOut {
+    pub token_id: i64,
+    /// The bearer secret. Store it now: it cannot be read again.
+    pub token: String,
+}
+
+/// Another token for the caller, of the kind of the token in use.
+pub async fn create_token(core: &Core, bearer: Bearer) -> ApiResult<NewTokenOut> {
+    let tokens = core.tokens.clone();
+    db::transact(&core.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        let kind = store::token_kind(conn, caller.token_id)?;
+        let minted = token::mint(kind);
+        let token_id = store::insert_token(conn, caller.id(), kind, &minted)?;
+        Ok(NewTokenOut {
+            token_id,
+            token: minted.token,
+        })
+    })
+    .await
+}
+
+/// Revokes one of the caller's tokens (404 for one that is not the caller's).
+pub async fn revoke_token(core: &Core, bearer: Bearer, token_id: i64) -> ApiResult<TokenInfo> {
+    let tokens = core.tokens.clone();
+    db::transact(&core.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        store::revoke_token(conn, caller.id(), token_id)?
+            .ok_or_else(|| ApiError::not_found("Token").into())
+    })
+    .await
+}

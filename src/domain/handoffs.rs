@@ -1,0 +1,492 @@
+//! Handoffs: offer, accept, decline, withdraw, and the mailboxes (contract 9.2–9.4):
+//! the units of work and reads behind `http::api::handoffs` and the MCP tools.
+//!
+//! A handoff fences its giver while PENDING (see `fence`), reserves nothing, and is
+//! superseded by a newer offer, by anyone's acquire, by cancellation or by the
+//! removal of the giver or the named recipient.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::db::{self, TxResult};
+use crate::domain::access;
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::fence::{self, lease_conflict, task_closed, Guard, LockMode};
+use crate::domain::idempotency::{Gate, Operation};
+use crate::domain::leases::duration;
+use crate::domain::orbits::Empty;
+use crate::domain::revision::Change;
+use crate::domain::tasks::task_member;
+use crate::domain::write::{claim, public_page, public_read, Reply};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::model::{page_bounds, Page, PageParams, Validate};
+use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
+use crate::store::orbits as orbit_store;
+use crate::store::tasks::{self as task_store, Lease};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OfferHandoff {
+    /// The version of the lease you hold.
+    #[schema(minimum = 1)]
+    pub lease_version: i64,
+    /// A checkpoint of this task to resume from.
+    #[schema(minimum = 1)]
+    pub checkpoint_id: i64,
+    /// Another member of the orbit; absent = an open handoff any other member may accept.
+    #[schema(minimum = 1)]
+    pub to_contributor_id: Option<i64>,
+    #[schema(min_length = 1, max_length = 4000)]
+    pub message: String,
+    /// 60..86400 seconds, default 3600.
+    #[schema(minimum = 60, maximum = 86400, default = 3600)]
+    pub expires_in_seconds: Option<i64>,
+}
+
+impl Validate for OfferHandoff {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.lease_version < 1 {
+            e.add("lease_version", "must be at least 1");
+        }
+        e.len("message", &self.message, 1, 4000);
+    }
+}
+
+fn written_handoff(
+    conn: &mut diesel::PgConnection,
+    id: i64,
+    rev: Option<i64>,
+) -> TxResult<Handoff> {
+    let mut h = store::handoff(conn, id)?.ok_or(ApiError::internal())?;
+    h.orbit_revision = rev;
+    Ok(h)
+}
+
+pub static OFFER_HANDOFF: Operation = Operation::required("POST", "/api/v1/tasks/{task}/handoffs");
+
+/// The offer, inside `domain::write::run`'s transaction (REST and MCP). `min` is the
+/// smallest `expires_in_seconds` (`leases::min_duration`).
+pub fn offer(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    min: i64,
+    task_id: i64,
+    body: ApiResult<&OfferHandoff>,
+) -> TxResult<Reply> {
+    let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
+    let value = body?;
+    let expires_in = value.expires_in_seconds.unwrap_or(3600);
+    let mut errors = FieldErrors::default();
+    if expires_in < min || expires_in > 86400 {
+        errors.add(
+            "expires_in_seconds",
+            format!("must be between {min} and 86400"),
+        );
+    }
+    if !store::checkpoint_of_task(conn, value.checkpoint_id, task_id)? {
+        errors.add("checkpoint_id", "must be a checkpoint of this task");
+    }
+    if let Some(to) = value.to_contributor_id {
+        if to == caller.id() {
+            errors.add("to_contributor_id", "must be another member, not yourself");
+        } else if orbit_store::role_of(conn, orbit_id, to)?.is_none() {
+            errors.add("to_contributor_id", "must be a member of this orbit");
+        }
+    }
+    errors.finish()?;
+    claim!(gate, conn, &[task_id]);
+    let (task, held) = fence::guard(
+        conn,
+        task_id,
+        caller.id(),
+        value.lease_version,
+        None,
+        Guard::ReleaseOrOffer,
+    )?;
+    let superseded = task.supersede_pending(conn)?;
+    let id = store::insert(
+        conn,
+        orbit_id,
+        task_id,
+        value.checkpoint_id,
+        held.lease_version,
+        &value.message,
+        caller.id(),
+        value.to_contributor_id,
+        task.now,
+        expires_in,
+    )?;
+    let mut summary = match value.to_contributor_id {
+        Some(to) => format!("handoff {id} of task {task_id} offered to contributor {to}"),
+        None => format!("open handoff {id} of task {task_id} offered"),
+    };
+    for h in superseded {
+        summary.push_str(&format!("; handoff {h} superseded"));
+    }
+    let rev = gate.record(
+        orbit_id,
+        caller.id(),
+        Change {
+            kind: "handoff.offered",
+            entity_type: "handoff",
+            entity_id: id,
+            task_id: Some(task_id),
+            summary,
+        },
+    )?;
+    let mut out = written_handoff(conn, id, None)?;
+    out.orbit_revision = Some(rev);
+    Reply::created(&out, orbit_id)
+}
+
+/// Body of an accept: all optional, no other fields.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptHandoff {
+    #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
+    pub duration_seconds: Option<i64>,
+}
+
+impl Validate for AcceptHandoff {
+    fn validate(&self, _: &mut FieldErrors) {}
+}
+
+/// The result of an accept: the handoff, your new lease, and the revision.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AcceptedHandoff {
+    pub handoff: Handoff,
+    pub lease: Lease,
+    #[schema(minimum = 1)]
+    pub task_id: i64,
+    pub orbit_revision: i64,
+}
+
+/// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`; when the caller is
+/// the one who accepted (it lost the accept's response), also the lease the accept
+/// issued, so it learns it already holds the task.
+pub fn not_pending(h: &HandoffLock, caller: i64) -> ApiError {
+    let mut details = json!({ "current_status": h.status });
+    let mine = h.accepted_by == Some(caller);
+    if h.status == HandoffStatus::Accepted.as_str() {
+        details["accepted_by"] = json!(h.accepted_by);
+        if mine {
+            details["lease_id"] = json!(h.accepted_lease_id);
+            details["lease_version"] = json!(h.accepted_lease_version);
+        }
+    }
+    let message = if mine {
+        "You already accepted this handoff: the task's lease in details (lease_id, \
+         lease_version) was issued to you. Continue the task with it."
+    } else {
+        "This handoff is no longer pending. Choose other work."
+    };
+    ApiError::conflict("handoff_not_pending", message).with_details(details)
+}
+
+/// Resolves a handoff named in a path and checks the caller belongs to its orbit.
+fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxResult<HandoffLock> {
+    let h = store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Handoff"))?;
+    access::require_member(conn, h.orbit_id, caller)?;
+    Ok(h)
+}
+
+/// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
+/// `caller` is who asks: the one who accepted learns the lease it already holds.
+fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>, caller: i64) -> TxResult<()> {
+    let (pending, expired) = (
+        HandoffStatus::Pending.as_str(),
+        HandoffStatus::Expired.as_str(),
+    );
+    if h.status != pending && h.status != expired {
+        return Err(not_pending(h, caller).into());
+    }
+    if h.status == expired || h.expires_at <= now {
+        return Err(ApiError::conflict(
+            "handoff_expired",
+            "This handoff has expired. Choose other work.",
+        )
+        .with_details(json!({ "current_status": expired }))
+        .into());
+    }
+    Ok(())
+}
+
+pub static ACCEPT_HANDOFF: Operation =
+    Operation::required("POST", "/api/v1/handoffs/{handoff}/accept");
+
+/// The accept, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn accept(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    min: i64,
+    handoff_id: i64,
+    body: ApiResult<&AcceptHandoff>,
+) -> TxResult<Reply> {
+    let h = handoff_member(conn, handoff_id, caller.id())?;
+    if h.from_contributor == caller.id() {
+        return Err(ApiError::forbidden(
+            "own_handoff",
+            "You cannot accept your own handoff; withdraw it instead.",
+        )
+        .into());
+    }
+    if h.to_contributor.is_some_and(|to| to != caller.id()) {
+        return Err(ApiError::forbidden(
+            "not_recipient",
+            "This handoff is offered to another contributor.",
+        )
+        .into());
+    }
+    let seconds = duration(min, body?.duration_seconds)?;
+    claim!(gate, conn, &[handoff_id]);
+    let task = fence::lock(conn, h.task_id, LockMode::Update)?;
+    let h = store::lock(conn, handoff_id)?;
+    still_pending(&h, task.now, caller.id())?;
+    if !task.is_open() {
+        return Err(task_closed(&task.status).into());
+    }
+    let mut summary = format!("handoff {handoff_id} accepted");
+    if let Some(open) = &task.open_lease {
+        if open.expires_at > task.now {
+            if open.contributor_id != h.from_contributor {
+                return Err(lease_conflict(&open.expires_at).into());
+            }
+            task_store::end_lease(conn, open.id, task.now, "HANDED_OFF")?;
+            summary.push_str(&format!(
+                "; giver's lease v{} ended (HANDED_OFF)",
+                open.lease_version
+            ));
+        } else {
+            task_store::end_lease(conn, open.id, task.now, "EXPIRED")?;
+            summary.push_str(&format!(
+                "; giver's lease v{} had expired",
+                open.lease_version
+            ));
+        }
+    }
+    let version = task.lease_version + 1;
+    let lease = task_store::insert_lease(
+        conn,
+        h.task_id,
+        h.orbit_id,
+        caller.id(),
+        version,
+        task.now,
+        seconds,
+    )?;
+    let lease_id = lease.id;
+    store::finish(
+        conn,
+        handoff_id,
+        HandoffStatus::Accepted,
+        task.now,
+        Some(caller.id()),
+        Some(lease_id),
+        None,
+    )?;
+    summary.push_str(&format!(
+        "; lease v{version} issued to contributor {}",
+        caller.id()
+    ));
+    let handoff = written_handoff(conn, handoff_id, None)?;
+    let rev = gate.record(
+        h.orbit_id,
+        caller.id(),
+        Change {
+            kind: "handoff.accepted",
+            entity_type: "handoff",
+            entity_id: handoff_id,
+            task_id: Some(h.task_id),
+            summary,
+        },
+    )?;
+    let accepted = AcceptedHandoff {
+        handoff,
+        lease,
+        task_id: h.task_id,
+        orbit_revision: rev,
+    };
+    Reply::ok(&accepted, h.orbit_id)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeclineHandoff {
+    #[schema(max_length = 4000)]
+    pub reason: Option<String>,
+}
+
+impl Validate for DeclineHandoff {
+    fn validate(&self, e: &mut FieldErrors) {
+        if let Some(r) = &self.reason {
+            e.len("reason", r, 0, 4000);
+        }
+    }
+}
+
+/// Shared by decline and withdraw, after their checks: claims the key, then ends a
+/// PENDING handoff under the locks.
+fn end_pending(
+    conn: &mut diesel::PgConnection,
+    gate: &mut Gate,
+    handoff_id: i64,
+    caller: i64,
+    status: HandoffStatus,
+    reason: Option<&str>,
+) -> TxResult<Reply> {
+    claim!(gate, conn, &[handoff_id]);
+    let h = store::peek(conn, handoff_id)?.ok_or(ApiError::internal())?;
+    let task = fence::lock(conn, h.task_id, LockMode::Update)?;
+    let h = store::lock(conn, handoff_id)?;
+    still_pending(&h, task.now, caller)?;
+    store::finish(conn, handoff_id, status, task.now, None, None, reason)?;
+    let (kind, verb) = match status {
+        HandoffStatus::Declined => ("handoff.declined", "declined"),
+        _ => ("handoff.withdrawn", "withdrawn"),
+    };
+    let rev = gate.record(
+        h.orbit_id,
+        caller,
+        Change {
+            kind,
+            entity_type: "handoff",
+            entity_id: handoff_id,
+            task_id: Some(h.task_id),
+            summary: format!("handoff {handoff_id} {verb}; giver unfenced"),
+        },
+    )?;
+    Reply::ok(&written_handoff(conn, handoff_id, Some(rev))?, h.orbit_id)
+}
+
+pub static DECLINE_HANDOFF: Operation =
+    Operation::required("POST", "/api/v1/handoffs/{handoff}/decline");
+
+/// The decline, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn decline(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    handoff_id: i64,
+    body: ApiResult<&DeclineHandoff>,
+) -> TxResult<Reply> {
+    let h = handoff_member(conn, handoff_id, caller.id())?;
+    if h.to_contributor != Some(caller.id()) {
+        return Err(ApiError::forbidden(
+            "not_recipient",
+            "Only the named recipient of a targeted handoff may decline it.",
+        )
+        .into());
+    }
+    let value = body?;
+    end_pending(
+        conn,
+        gate,
+        handoff_id,
+        caller.id(),
+        HandoffStatus::Declined,
+        value.reason.as_deref(),
+    )
+}
+
+pub static WITHDRAW_HANDOFF: Operation =
+    Operation::required("POST", "/api/v1/handoffs/{handoff}/withdraw");
+
+/// The withdrawal, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn withdraw(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    handoff_id: i64,
+    body: ApiResult<&Empty>,
+) -> TxResult<Reply> {
+    let h = handoff_member(conn, handoff_id, caller.id())?;
+    if h.from_contributor != caller.id() {
+        return Err(ApiError::forbidden(
+            "not_giver",
+            "Only the contributor who offered a handoff may withdraw it.",
+        )
+        .into());
+    }
+    body?;
+    end_pending(
+        conn,
+        gate,
+        handoff_id,
+        caller.id(),
+        HandoffStatus::Withdrawn,
+        None,
+    )
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MailBox {
+    #[default]
+    Inbox,
+    Outbox,
+}
+
+/// The query of `GET /api/v1/handoffs`: which mailbox, which status, which page.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct MailboxQuery {
+    /// `inbox` (default): targeted at you, plus open handoffs in your orbits that you
+    /// did not give. `outbox`: given by you.
+    #[serde(rename = "box")]
+    #[param(rename = "box", inline)]
+    pub mailbox: Option<MailBox>,
+    /// Only handoffs with this (effective) status.
+    pub status: Option<HandoffStatus>,
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<i64>,
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+}
+
+/// The caller's inbox or outbox page (REST and MCP).
+pub async fn mailbox(core: &Core, q: MailboxQuery, bearer: Bearer) -> ApiResult<Page<Handoff>> {
+    let cursor = page_bounds(q.limit, q.after)?;
+    let outbox = q.mailbox.unwrap_or_default() == MailBox::Outbox;
+    let status = q.status.map(HandoffStatus::as_str);
+    let tokens = core.tokens.clone();
+    let rows = db::read(&core.pool, move |conn| {
+        let caller = bearer.require(conn, &tokens)?;
+        Ok(store::mailbox(conn, caller.id(), outbox, status, cursor)?)
+    })
+    .await?;
+    Ok(cursor.page(rows, |h| h.id))
+}
+
+/// A handoff (REST and MCP).
+pub async fn get(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Handoff> {
+    public_read(core, bearer, move |conn| {
+        store::handoff(conn, id)?.ok_or_else(|| ApiError::not_found("Handoff").into())
+    })
+    .await
+}
+
+/// A task's handoffs, ascending (REST and MCP).
+pub async fn of_task(
+    core: &Core,
+    params: PageParams,
+    bearer: Bearer,
+    task_id: i64,
+) -> ApiResult<Page<Handoff>> {
+    let cursor = params.checked()?;
+    public_page(
+        core,
+        bearer,
+        cursor,
+        |h: &Handoff| h.id,
+        move |conn, cursor| {
+            task_store::task_orbit(conn, task_id)?.ok_or_else(|| ApiError::not_found("Task"))?;
+            Ok(store::handoffs_of_task(conn, task_id, cursor)?)
+        },
+    )
+    .await
+}

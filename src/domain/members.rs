@@ -1,0 +1,240 @@
+//! Orbit membership: list, add or change a role, remove (contract section 4): the
+//! role rules, the units of work and the list, for `http::api::members` and the MCP
+//! tools.
+//!
+//! Roles `OWNER > MAINTAINER > CONTRIBUTOR`. A MAINTAINER may add, change and remove
+//! CONTRIBUTORs and MAINTAINERs; only an OWNER may grant, change or remove OWNER.
+//! Any member may remove itself. The last OWNER cannot be removed or demoted.
+
+use actix_web::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::db::TxResult;
+use crate::domain::access;
+use crate::domain::auth::{Bearer, Caller};
+use crate::domain::idempotency::{Gate, Operation};
+use crate::domain::orbits::{Empty, MemberWritten};
+use crate::domain::revision::Change;
+use crate::domain::write::{claim, public_page, Reply};
+use crate::domain::Core;
+use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::model::{Page, PageParams, Validate};
+use crate::store::contributors as contributors_store;
+use crate::store::orbits::{self as store, Member, Role};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutMember {
+    pub role: Role,
+}
+
+impl Validate for PutMember {
+    fn validate(&self, _: &mut FieldErrors) {}
+}
+
+/// The caller may act on a member whose role is `target` (current or new) only if
+/// it is an OWNER, or a MAINTAINER and the role is not OWNER.
+fn may_manage(caller: Role, target: Role) -> bool {
+    match caller {
+        Role::Owner => true,
+        Role::Maintainer => target != Role::Owner,
+        Role::Contributor => false,
+    }
+}
+
+fn forbidden_for(caller: Role) -> ApiError {
+    if caller == Role::Maintainer {
+        ApiError::forbidden(
+            "insufficient_role",
+            "Only an OWNER may grant, change or remove the OWNER role.",
+        )
+    } else {
+        ApiError::forbidden(
+            "insufficient_role",
+            "Managing members needs the MAINTAINER role or higher.",
+        )
+    }
+}
+
+fn last_owner() -> ApiError {
+    ApiError::conflict(
+        "last_owner",
+        "The last OWNER of an orbit cannot be removed or demoted. Make someone else OWNER first.",
+    )
+}
+
+/// Refuses a change that would leave the orbit without an OWNER.
+fn check_last_owner(
+    conn: &mut diesel::PgConnection,
+    orbit_id: i64,
+    current: Option<Role>,
+    new: Option<Role>,
+) -> TxResult<()> {
+    if current == Some(Role::Owner) && new != Some(Role::Owner) {
+        let owners = store::lock_owners(conn, orbit_id)?;
+        if owners <= 1 {
+            return Err(last_owner().into());
+        }
+    }
+    Ok(())
+}
+
+pub static PUT_MEMBER: Operation =
+    Operation::ignored("PUT", "/api/v1/orbits/{orbit}/members/{contributor}");
+
+/// Adding a member or changing a role, inside `domain::write::run`'s transaction (REST and MCP).
+pub fn put(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    target_id: i64,
+    body: ApiResult<&PutMember>,
+) -> TxResult<Reply> {
+    let orbit = access::resolve(conn, reference)?;
+    let target = contributors_store::find(conn, target_id)?
+        .ok_or_else(|| ApiError::not_found("Contributor"))?;
+    let caller_role = access::require_member(conn, orbit.id, caller.id())?;
+    if caller_role == Role::Contributor {
+        return Err(forbidden_for(caller_role).into());
+    }
+    let new_role = body?.role;
+    let current = store::role_of(conn, orbit.id, target.id)?;
+    if !may_manage(caller_role, new_role) || current.is_some_and(|c| !may_manage(caller_role, c)) {
+        return Err(forbidden_for(caller_role).into());
+    }
+    claim!(gate, conn, &[orbit.id, target.id]);
+    check_last_owner(conn, orbit.id, current, Some(new_role))?;
+    let added = store::upsert_member(conn, orbit.id, target.id, new_role)?;
+    let (kind, summary) = if added {
+        (
+            "member.added",
+            format!("contributor {} added as {}", target.id, new_role.as_str()),
+        )
+    } else {
+        (
+            "member.updated",
+            format!(
+                "contributor {} role {} -> {}",
+                target.id,
+                current.map(Role::as_str).unwrap_or("NONE"),
+                new_role.as_str()
+            ),
+        )
+    };
+    let orbit_revision = gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind,
+            entity_type: "member",
+            entity_id: target.id,
+            task_id: None,
+            summary,
+        },
+    )?;
+    let member = store::member(conn, orbit.id, target.id)?.ok_or(ApiError::internal())?;
+    let status = if added {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Reply::new(
+        status,
+        &MemberWritten {
+            member,
+            orbit_revision,
+        },
+        Some(orbit.id),
+    )
+}
+
+/// A removed membership.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberRemoved {
+    #[serde(flatten)]
+    pub member: Member,
+    /// The orbit revision this write produced.
+    pub orbit_revision: i64,
+}
+
+pub static DELETE_MEMBER: Operation =
+    Operation::ignored("DELETE", "/api/v1/orbits/{orbit}/members/{contributor}");
+
+/// Removing a member (or leaving), inside `domain::write::run`'s transaction (REST and MCP).
+pub fn remove(
+    conn: &mut diesel::PgConnection,
+    caller: &Caller,
+    gate: &mut Gate,
+    reference: &str,
+    target_id: i64,
+    body: ApiResult<&Empty>,
+) -> TxResult<Reply> {
+    let orbit = access::resolve(conn, reference)?;
+    contributors_store::find(conn, target_id)?.ok_or_else(|| ApiError::not_found("Contributor"))?;
+    let caller_role = access::require_member(conn, orbit.id, caller.id())?;
+    let Some(member) = store::member(conn, orbit.id, target_id)? else {
+        return Err(ApiError::not_found("Membership").into());
+    };
+    let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
+    if target_id != caller.id() && !may_manage(caller_role, current) {
+        return Err(forbidden_for(caller_role).into());
+    }
+    body?;
+    claim!(gate, conn, &[orbit.id, target_id]);
+    // Lock order: the member's tasks (inside) before the membership rows.
+    let released = crate::store::tasks::release_member_work(conn, orbit.id, target_id)?;
+    check_last_owner(conn, orbit.id, Some(current), None)?;
+    if !store::delete_member(conn, orbit.id, target_id)? {
+        return Err(ApiError::not_found("Membership").into());
+    }
+    let mut summary = if target_id == caller.id() {
+        format!("contributor {target_id} left")
+    } else {
+        format!("contributor {target_id} removed")
+    };
+    for part in released {
+        summary.push_str("; ");
+        summary.push_str(&part);
+    }
+    let orbit_revision = gate.record(
+        orbit.id,
+        caller.id(),
+        Change {
+            kind: "member.removed",
+            entity_type: "member",
+            entity_id: target_id,
+            task_id: None,
+            summary,
+        },
+    )?;
+    Reply::ok(
+        &MemberRemoved {
+            member,
+            orbit_revision,
+        },
+        orbit.id,
+    )
+}
+
+/// An orbit's members, ascending by contributor id (REST and MCP).
+pub async fn list(
+    core: &Core,
+    params: PageParams,
+    bearer: Bearer,
+    reference: String,
+) -> ApiResult<Page<Member>> {
+    let cursor = params.checked()?;
+    public_page(
+        core,
+        bearer,
+        cursor,
+        |m: &Member| m.contributor.id,
+        move |conn, cursor| {
+            let orbit = access::resolve(conn, &reference)?;
+            Ok(store::members(conn, orbit.id, cursor)?)
+        },
+    )
+    .await
+}
