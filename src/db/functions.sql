@@ -24,15 +24,19 @@
 
 -- The one place a change is applied: the orbit's revision advances by one (its row
 -- lock orders the orbit's writers, so revisions are dense), the change row is
--- appended and, for a keyed write, the response is stored with the revision in place
--- of the placeholder the body was built with (`revision::PENDING`). The ordinary path
--- calls it from the prepared `orbit_apply` (`revision::APPLY_PREPARE`).
+-- appended, and the response body gets the revision in place of the placeholder it
+-- was built with (`revision::PENDING`): the one place the placeholder is filled.
+-- A keyed write's response is stored so; the filled body is left in the session
+-- setting `orbit.body` for the caller to send (`db::APPLY_PREPARE`, `quick_write`,
+-- `quick_batch`), so the answer a client gets and the stored one are the same bytes
+-- from the same code. The ordinary path calls it from the prepared `orbit_apply`.
 CREATE OR REPLACE FUNCTION apply_change(
     p_orbit bigint, p_kind text, p_entity_type text, p_entity_id bigint, p_task bigint,
     p_contributor bigint, p_summary text, p_key bigint, p_status int2, p_body bytea)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_revision bigint;
+    v_body text;
 BEGIN
     UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit
         RETURNING revision INTO STRICT v_revision;
@@ -40,14 +44,14 @@ BEGIN
                          contributor_id, summary, created_at)
     VALUES (p_orbit, v_revision, p_kind, p_entity_type, p_entity_id, p_task,
             p_contributor, p_summary, clock_timestamp());
+    v_body := replace(convert_from(p_body, 'UTF8'),
+        '"orbit_revision":-9223372036854775807', '"orbit_revision":' || v_revision);
     IF p_key IS NOT NULL THEN
         UPDATE idempotency_keys
-        SET response_status = p_status,
-            response_body = convert_to(replace(convert_from(p_body, 'UTF8'),
-                '"orbit_revision":-9223372036854775807',
-                '"orbit_revision":' || v_revision), 'UTF8')
+        SET response_status = p_status, response_body = convert_to(v_body, 'UTF8')
         WHERE id = p_key;
     END IF;
+    PERFORM set_config('orbit.body', v_body, false);
     RETURN v_revision;
 END $$;
 
@@ -392,7 +396,7 @@ BEGIN
     out_index := 1;
     out_orbit := v_effect.orbit;
     out_revision := quick_apply(v_effect);
-    out_body := v_effect.body;
+    out_body := current_setting('orbit.body');
     RETURN NEXT;
 END $$;
 
@@ -437,7 +441,7 @@ BEGIN
         out_index := v_effect.idx;
         out_orbit := v_effect.orbit;
         out_revision := quick_apply(v_effect);
-        out_body := v_effect.body;
+        out_body := current_setting('orbit.body');
         RETURN NEXT;
     END LOOP;
 END $$;

@@ -232,7 +232,7 @@ where
 /// `conn.transaction()` calls are savepoints) and rolls it back on an error or a
 /// panic; only the closing COMMIT is sent outside it, in the batch (diesel reads the
 /// connection's transaction status after each statement, so it sees the end).
-pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<i64>)>
+pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<Applied>)>
 where
     T: Send + 'static,
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
@@ -285,14 +285,14 @@ where
 pub fn transact_closing_on<T, F>(
     conn: &mut PgConnection,
     work: &mut F,
-) -> ApiResult<(T, Option<i64>)>
+) -> ApiResult<(T, Option<Applied>)>
 where
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
 {
     retry_on(conn, &mut |c: &mut PgConnection| closing_attempt(c, work))
 }
 
-fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, Option<i64>)>
+fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, Option<Applied>)>
 where
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
 {
@@ -313,8 +313,7 @@ where
                 let _ = Tm::rollback_transaction(conn);
                 return Err(e.into());
             }
-            let revision = applied(conn)?;
-            Ok((value, Some(revision)))
+            Ok((value, Some(applied(conn)?)))
         }
         Ok(Ok((value, None))) => {
             Tm::commit_transaction(conn)?;
@@ -349,31 +348,40 @@ where
     })?
 }
 
-#[derive(diesel::QueryableByName)]
-struct Revision {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    revision: i64,
-}
-
 /// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:
-/// calls `apply_change` (migration 6; the quick writes of `perf::quick` call it
-/// too), which advances the orbit's revision by one, appends the change row and,
-/// when the write holds a key, stores its response with the revision filled in.
-/// The new revision is left in the session setting `orbit.revision`, which outlives
-/// the commit, because the statement is sent together with COMMIT (`revision::closing`) and
-/// its rows are not read.
+/// calls `apply_change` (src/db/functions.sql; the quick writes of `perf::quick`
+/// call it too), which advances the orbit's revision by one, appends the change
+/// row, fills the revision into the response body and, when the write holds a key,
+/// stores it. The new revision and the filled body are left in the session
+/// settings `orbit.revision` and `orbit.body`, which outlive the commit, because
+/// the statement is sent together with COMMIT (`revision::closing`) and its rows
+/// are not read; inside a write group its row is read (`perf::commits`). The
+/// subquery (`OFFSET 0` keeps it one) runs `apply_change` before the outer
+/// columns read what it set.
 pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
         (bigint, text, text, bigint, bigint, bigint, text, bigint, int2, bytea) AS \
-     SELECT set_config('orbit.revision', \
-                       apply_change($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text, false)";
+     SELECT set_config('orbit.revision', a.r::text, false)::bigint AS revision, \
+            current_setting('orbit.body') AS body \
+     FROM (SELECT apply_change($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS r OFFSET 0) a";
 
-/// Reads the revision the last committed `orbit_apply` of this connection took.
-pub fn applied(conn: &mut PgConnection) -> diesel::QueryResult<i64> {
+/// What a committed change took: its revision, and the response body with the
+/// revision filled in by `apply_change` (the bytes stored under the write's key).
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct Applied {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub revision: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub body: String,
+}
+
+/// Reads what the last committed `orbit_apply` of this connection took.
+pub fn applied(conn: &mut PgConnection) -> diesel::QueryResult<Applied> {
     use diesel::RunQueryDsl;
-    let row: Revision =
-        crate::db::sql("SELECT current_setting('orbit.revision')::bigint AS revision")
-            .get_result(conn)?;
-    Ok(row.revision)
+    crate::db::sql(
+        "SELECT current_setting('orbit.revision')::bigint AS revision, \
+                current_setting('orbit.body') AS body",
+    )
+    .get_result(conn)
 }
 
 #[cfg(test)]

@@ -307,8 +307,8 @@ impl Gate {
     /// Ends the write in its transaction. With a recorded change, returns the
     /// closing statement (`revision::closing`) that applies it and stores the
     /// response under the key; `db::transact_closing` sends it with the COMMIT (it
-    /// takes the orbit's lock, so it comes last) and the sent body gets the
-    /// revision after the commit. Without a change, the response is stored here. A
+    /// takes the orbit's lock, so it comes last) and reads back the body with the
+    /// revision filled in (`db::Applied`), which is what is sent. Without a change, the response is stored here. A
     /// route that must be keyed but never claimed is a programming error, refused
     /// loudly.
     pub fn finish(
@@ -322,13 +322,10 @@ impl Gate {
             return Err(ApiError::internal().into());
         }
         if let Some(change) = self.pending.take() {
-            let response = self
-                .claimed
-                .map(|key_id| crate::domain::revision::StoredResponse {
-                    key_id,
-                    status: status.as_u16() as i16,
-                    body,
-                });
+            let response = crate::domain::revision::Response {
+                body,
+                stored: self.claimed.map(|key_id| (key_id, status.as_u16() as i16)),
+            };
             let closing = crate::domain::revision::closing(&change, response).map_err(|e| {
                 tracing::error!(error = %e, "cannot render the closing statement");
                 ApiError::internal()

@@ -15,12 +15,10 @@
 pub const NOTIFY_CHANNEL: &str = "orbit_changes";
 
 /// Stands for the revision a write will get, in a response built before it is known.
-/// Only ever serialized as the value of an `orbit_revision` field.
+/// Only ever serialized as the value of an `orbit_revision` field; `apply_change`
+/// (src/db/functions.sql) is the one place it is replaced, in the stored response
+/// and in the body the client gets (`db::Applied`).
 pub const PENDING: i64 = -9_223_372_036_854_775_807;
-
-/// The placeholder field as it appears in a compact JSON body (`apply_change` in
-/// src/db/functions.sql replaces the same text).
-const PENDING_FIELD: &str = "\"orbit_revision\":-9223372036854775807";
 
 /// What a write did, for the change feed.
 pub struct Change<'a> {
@@ -57,14 +55,15 @@ impl Pending {
     }
 }
 
-/// A response to store under a claimed idempotency key.
-pub struct StoredResponse<'a> {
-    pub key_id: i64,
-    pub status: i16,
+/// The write's response body (with [`PENDING`] for its revision) and, for a keyed
+/// write, the key row to store it under with its status.
+pub struct Response<'a> {
     pub body: &'a [u8],
+    pub stored: Option<(i64, i16)>,
 }
 
-/// The statement that applies `change` (and stores `response`), as text to send in
+/// The statement that applies `change` (fills its revision into the response body
+/// and, for a keyed write, stores it), as text to send in
 /// one message with the transaction's COMMIT: the orbit row's lock is then held
 /// from this statement to the commit without a round trip to the service between
 /// them, so a busy orbit's writers wait for the database only, never for a service
@@ -72,7 +71,7 @@ pub struct StoredResponse<'a> {
 /// no parameters): numbers as digits, text as standard-conforming string literals
 /// (quotes doubled; the connection sets `standard_conforming_strings`), the body as
 /// a hex bytea literal.
-pub fn closing(change: &Pending, response: Option<StoredResponse<'_>>) -> Result<String, String> {
+pub fn closing(change: &Pending, response: Response<'_>) -> Result<String, String> {
     use std::fmt::Write as _;
     fn text(out: &mut String, s: &str) -> Result<(), String> {
         if s.contains('\0') {
@@ -89,10 +88,11 @@ pub fn closing(change: &Pending, response: Option<StoredResponse<'_>>) -> Result
         Ok(())
     }
     let opt = |v: Option<i64>| v.map_or_else(|| "NULL".to_owned(), |v| v.to_string());
-    let (key_id, status, body) = match response {
-        Some(r) => (Some(r.key_id), r.status, r.body),
-        None => (None, 0, &[][..]),
+    let (key_id, status) = match response.stored {
+        Some((key_id, status)) => (Some(key_id), status),
+        None => (None, 0),
     };
+    let body = response.body;
     let mut sql = String::with_capacity(160 + change.summary.len() + 2 * body.len());
     let _ = write!(sql, "EXECUTE orbit_apply({}, ", change.orbit_id);
     text(&mut sql, &change.kind)?;
@@ -110,22 +110,6 @@ pub fn closing(change: &Pending, response: Option<StoredResponse<'_>>) -> Result
     sql.push_str(&hex::encode(body));
     sql.push_str("')");
     Ok(sql)
-}
-
-/// Puts `revision` in place of [`PENDING`] in a serialized (compact) JSON body. The
-/// placeholder cannot occur inside a JSON string: there every `"` is escaped.
-pub fn fill(body: &[u8], revision: i64) -> Vec<u8> {
-    let needle = PENDING_FIELD.as_bytes();
-    let with = format!("\"orbit_revision\":{revision}");
-    let mut out = Vec::with_capacity(body.len());
-    let mut rest = body;
-    while let Some(at) = rest.windows(needle.len()).position(|w| w == needle) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(with.as_bytes());
-        rest = &rest[at + needle.len()..];
-    }
-    out.extend_from_slice(rest);
-    out
 }
 
 #[cfg(test)]
@@ -149,11 +133,10 @@ mod tests {
         let body = br#"{"a":"it's \ here"}"#;
         let sql = closing(
             &change("it's a \\ 'quoted' summary"),
-            Some(StoredResponse {
-                key_id: 5,
-                status: 201,
+            Response {
                 body,
-            }),
+                stored: Some((5, 201)),
+            },
         )
         .unwrap();
         assert_eq!(
@@ -164,9 +147,13 @@ mod tests {
                 hex::encode(body)
             )
         );
-        let no_key = closing(&change("s"), None).unwrap();
-        assert!(no_key.ends_with(", NULL, 0, '\\x')"));
+        let no_key = closing(&change("s"), Response { body, stored: None }).unwrap();
+        assert!(no_key.ends_with(&format!(", NULL, 0, '\\x{}')", hex::encode(body))));
     }
+
+    /// The placeholder field as it appears in a compact JSON body, which
+    /// `apply_change` replaces.
+    const PENDING_FIELD: &str = "\"orbit_revision\":-9223372036854775807";
 
     /// The file that defines `apply_change`.
     const APPLY_CHANGE_SQL: &str = crate::db::FUNCTIONS;
@@ -179,22 +166,10 @@ mod tests {
 
     #[test]
     fn closing_refuses_a_nul_character() {
-        assert!(closing(&change("a\0b"), None).is_err());
-    }
-
-    #[test]
-    fn fill_replaces_only_the_field() {
-        let body = serde_json::to_vec(&serde_json::json!({
-            "data": {"orbit_revision": PENDING, "text": "\"orbit_revision\":-9223372036854775807"},
-            "orbit_revision": PENDING,
-        }))
-        .unwrap();
-        let filled: serde_json::Value = serde_json::from_slice(&fill(&body, 42)).unwrap();
-        assert_eq!(filled["data"]["orbit_revision"], 42);
-        assert_eq!(filled["orbit_revision"], 42);
-        assert_eq!(
-            filled["data"]["text"],
-            "\"orbit_revision\":-9223372036854775807"
-        );
+        let none = Response {
+            body: b"",
+            stored: None,
+        };
+        assert!(closing(&change("a\0b"), none).is_err());
     }
 }

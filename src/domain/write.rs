@@ -233,20 +233,21 @@ where
             Some(row) => {
                 state.metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
                 tokens.confirm(cache_key, token_id);
+                // The body as `apply_change` filled and stored it.
                 let reply = Reply {
                     status,
                     body: row.out_body.into_bytes(),
                     orbit_id: Some(row.out_orbit),
                     replayed: false,
                 };
-                quick_done = Some((Outcome::Done(reply), Some(row.out_revision)));
+                quick_done = Some((Outcome::Done(reply), None));
             }
             None => {
                 state.metrics.quick_declined.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
-    let (outcome, revision) = match quick_done {
+    let (outcome, applied) = match quick_done {
         Some(done) => done,
         None => {
             let work: Work<Outcome> = Box::new(move |conn| {
@@ -274,8 +275,9 @@ where
     };
     Ok(match outcome {
         Outcome::Done(mut reply) => {
-            if let Some(revision) = revision {
-                reply.body = crate::domain::revision::fill(&reply.body, revision);
+            // The body with its revision filled in, the bytes stored under the key.
+            if let Some(applied) = applied {
+                reply.body = applied.body.into_bytes();
             }
             if let Some(orbit_id) = reply.orbit_id {
                 state.hub.publish(orbit_id);

@@ -26,7 +26,7 @@ use diesel::connection::{AnsiTransactionManager as Tm, SimpleConnection, Transac
 use diesel::result::Error as DieselError;
 use diesel::{PgConnection, RunQueryDsl};
 
-use crate::db::{self, PgPool, TxError, TxResult};
+use crate::db::{self, Applied, PgPool, TxError, TxResult};
 use crate::error::{ApiError, ApiResult};
 use crate::perf::lanes::Hints;
 use crate::perf::lanes::{Lanes, Shape};
@@ -43,8 +43,9 @@ const LATER_LOCK_TIMEOUT_MS: u32 = 10;
 /// closing statement that applies its change (if any).
 pub type Work<T> = Box<dyn FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send>;
 
-/// A committed write: its value and the revision its closing statement took.
-pub type Committed<T> = (T, Option<i64>);
+/// A committed write: its value and what its closing statement took (the
+/// revision, and the response body with it filled in).
+pub type Committed<T> = (T, Option<Applied>);
 
 /// The grouped ordinary writes of this instance.
 pub struct Commits<T> {
@@ -214,20 +215,10 @@ fn abandon(conn: &mut PgConnection, e: DieselError) -> ApiError {
     e.into()
 }
 
-#[derive(diesel::QueryableByName)]
-struct Applied {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    set_config: String,
-}
-
 /// Runs a write's closing statement (`revision::closing`, which applies its change
-/// and stores its response) inside the group, and returns the revision it took.
-fn apply(conn: &mut PgConnection, closing: &str) -> TxResult<i64> {
-    let row: Applied = diesel::sql_query(closing).get_result(conn)?;
-    row.set_config.parse().map_err(|_| {
-        tracing::error!("orbit_apply returned no revision");
-        TxError::Api(ApiError::internal())
-    })
+/// and stores its response) inside the group, and returns what it took.
+fn apply(conn: &mut PgConnection, closing: &str) -> TxResult<Applied> {
+    Ok(diesel::sql_query(closing).get_result(conn)?)
 }
 
 /// A failure of the connection itself (`error::is_connection_failure`), as

@@ -65,7 +65,7 @@ pub struct QuickKey {
 }
 
 /// What a quick write did: its orbit, the revision it took, and the response body
-/// with the revision placeholder (`revision::PENDING`), as the ordinary path builds it.
+/// with the revision filled in by `apply_change` (the bytes stored under its key).
 #[derive(QueryableByName, Debug, Clone)]
 pub struct QuickRow {
     /// The write's place in its group, from 1.

@@ -60,8 +60,14 @@ impl Bulk {
                         let (value, change) = row(c, i)?;
                         written.push(value);
                         apply.push(
-                            revision::closing(&change, None)
-                                .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?,
+                            revision::closing(
+                                &change,
+                                revision::Response {
+                                    body: b"",
+                                    stored: None,
+                                },
+                            )
+                            .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?,
                         );
                     }
                     c.batch_execute(&apply.join(";\n"))?;
