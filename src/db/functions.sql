@@ -82,11 +82,14 @@ END $$;
 
 -- A contributor's role in an orbit, NULL when they are not a member: who may write
 -- in an orbit (`domain::access` words the 403; a quick write declines).
+-- (PL/pgSQL, as the two verdicts below: its statement's plan is kept for the
+-- session, where a SQL function with a FROM would be planned at every call.)
 CREATE OR REPLACE FUNCTION member_role(p_orbit bigint, p_contributor bigint) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT m.role FROM memberships m
-    WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT m.role FROM memberships m
+            WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor);
+END $$;
 
 -- A token's use is recorded at most once a minute: true when it is due (never
 -- recorded, or the last record is a minute old). `domain::auth` records a due use;
@@ -108,8 +111,9 @@ $$;
 CREATE OR REPLACE FUNCTION lease_verdict(
     p_task bigint, p_caller bigint, p_version bigint, p_path_version bigint,
     p_write text, p_now timestamptz)
-RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT CASE
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT CASE
         WHEN p_version > t.lease_version THEN 'lease_version_not_issued'
         WHEN p_path_version IS NOT NULL AND p_path_version <> p_version
             THEN 'stale_lease_version'
@@ -126,16 +130,17 @@ RETURNS text LANGUAGE sql STABLE AS $$
     END
     FROM tasks t
     LEFT JOIN leases v ON v.task_id = t.id AND v.lease_version = p_version
-    WHERE t.id = p_task
-$$;
+    WHERE t.id = p_task);
+END $$;
 
 -- Whether `p_caller` may acquire task `p_task` at `p_now` (contract section 8): NULL
 -- when they may, else the refusal's code. The caller holds the task row's lock.
 -- Acquiring also ends a run-out open lease and supersedes a pending handoff of
 -- someone else; the ordinary path does both, a quick write declines instead.
 CREATE OR REPLACE FUNCTION acquire_verdict(p_task bigint, p_caller bigint, p_now timestamptz)
-RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT CASE
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT CASE
         WHEN t.status <> 'OPEN' THEN 'task_closed'
         WHEN EXISTS (
                 SELECT 1 FROM handoffs h
@@ -148,8 +153,8 @@ RETURNS text LANGUAGE sql STABLE AS $$
     FROM tasks t
     LEFT JOIN leases o ON o.task_id = t.id AND o.lease_version = t.lease_version
                       AND o.end_reason IS NULL
-    WHERE t.id = p_task
-$$;
+    WHERE t.id = p_task);
+END $$;
 
 -- Timestamps as the API writes them (`model::format_ts`): RFC 3339, UTC,
 -- milliseconds (truncated), `Z`.
