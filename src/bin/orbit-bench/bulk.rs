@@ -105,7 +105,22 @@ fn apply(c: &mut PgConnection, changes: &[Pending]) -> diesel::QueryResult<()> {
     c.batch_execute(&sql.join(";\n"))
 }
 
-fn change(orbit: i64, by: i64, change: Change<'_>) -> Vec<Pending> {
+/// The change of one write in `orbit` by `by`, on `entity` (its type and id).
+fn change(
+    orbit: i64,
+    by: i64,
+    kind: &str,
+    (entity_type, entity_id): (&str, i64),
+    task_id: Option<i64>,
+    summary: String,
+) -> Vec<Pending> {
+    let change = Change {
+        kind,
+        entity_type,
+        entity_id,
+        task_id,
+        summary,
+    };
     vec![Pending::new(orbit, by, change)]
 }
 
@@ -166,6 +181,26 @@ impl Bulk {
         })
     }
 
+    /// `n` rows `row(i)`, each written by `insert` and named `<entity>.created`
+    /// (`<what> <id> created`; a task's change names the task).
+    fn created(
+        &self,
+        n: usize,
+        (entity, what): (&str, &str),
+        mut row: impl FnMut(usize) -> Text,
+        mut insert: impl FnMut(&mut PgConnection, &Text) -> diesel::QueryResult<i64>,
+    ) -> Result<Vec<i64>, String> {
+        let kind = format!("{entity}.created");
+        self.rows(n, &format!("{entity} insert"), |c, i| {
+            let t = row(i);
+            let id = insert(c, &t)?;
+            let task = (entity == "task").then_some(id);
+            let summary = format!("{what} {id} created");
+            let named = change(t.orbit, t.author, &kind, (entity, id), task, summary);
+            Ok((id, named))
+        })
+    }
+
     /// `n` agents named `<prefix><i + 1>` (`model(i)` their model claim), each with
     /// a token nobody holds (its lookup has the wrong length to be presented).
     pub fn agents(
@@ -207,14 +242,9 @@ impl Bulk {
                 .ok_or_else(|| {
                     diesel::result::Error::QueryBuilderError(format!("slug {slug} taken").into())
                 })?;
-            let created = Change {
-                kind: "orbit.created",
-                entity_type: "orbit",
-                entity_id: id,
-                task_id: None,
-                summary: format!("orbit {slug} created"),
-            };
-            Ok((id, change(id, owner, created)))
+            let summary = format!("orbit {slug} created");
+            let named = change(id, owner, "orbit.created", ("orbit", id), None, summary);
+            Ok((id, named))
         })
     }
 
@@ -224,36 +254,18 @@ impl Bulk {
         self.rows(members.len(), "member insert", |c, i| {
             let id = members[i];
             orbits::upsert_member(c, orbit, id, Role::Contributor)?;
-            let added = Change {
-                kind: "member.added",
-                entity_type: "member",
-                entity_id: id,
-                task_id: None,
-                summary: format!("contributor {id} added as {}", Role::Contributor.as_str()),
-            };
-            Ok(((), change(orbit, by, added)))
+            let summary = format!("contributor {id} added as {}", Role::Contributor.as_str());
+            let named = change(orbit, by, "member.added", ("member", id), None, summary);
+            Ok(((), named))
         })
         .map(|_| ())
     }
 
     /// `n` OPEN problems (`row(i)`: title and statement), each with its
     /// `problem.created` change.
-    pub fn problems(
-        &self,
-        n: usize,
-        mut row: impl FnMut(usize) -> Text,
-    ) -> Result<Vec<i64>, String> {
-        self.rows(n, "problem insert", |c, i| {
-            let p = row(i);
-            let id = problems::insert(c, p.orbit, &p.first, &p.second, p.author)?;
-            let created = Change {
-                kind: "problem.created",
-                entity_type: "problem",
-                entity_id: id,
-                task_id: None,
-                summary: format!("problem {id} created"),
-            };
-            Ok((id, change(p.orbit, p.author, created)))
+    pub fn problems(&self, n: usize, row: impl FnMut(usize) -> Text) -> Result<Vec<i64>, String> {
+        self.created(n, ("problem", "problem"), row, |c, p| {
+            problems::insert(c, p.orbit, &p.first, &p.second, p.author)
         })
     }
 
@@ -280,19 +292,10 @@ impl Bulk {
         &self,
         n: usize,
         problem: Option<i64>,
-        mut row: impl FnMut(usize) -> Text,
+        row: impl FnMut(usize) -> Text,
     ) -> Result<Vec<i64>, String> {
-        self.rows(n, "task insert", |c, i| {
-            let t = row(i);
-            let id = tasks::insert_task(c, t.orbit, problem, &t.first, &t.second, t.author)?;
-            let created = Change {
-                kind: "task.created",
-                entity_type: "task",
-                entity_id: id,
-                task_id: Some(id),
-                summary: format!("task {id} created"),
-            };
-            Ok((id, change(t.orbit, t.author, created)))
+        self.created(n, ("task", "task"), row, |c, t| {
+            tasks::insert_task(c, t.orbit, problem, &t.first, &t.second, t.author)
         })
     }
 
@@ -370,14 +373,8 @@ impl Bulk {
                     ("task.cancelled", "task", task, summary)
                 }
             };
-            let done = Change {
-                kind,
-                entity_type,
-                entity_id,
-                task_id: Some(task),
-                summary,
-            };
-            Ok(((), change(orbit, worker, done)))
+            let entity = (entity_type, entity_id);
+            Ok(((), change(orbit, worker, kind, entity, Some(task), summary)))
         })
         .map(|_| ())
     }
@@ -424,7 +421,10 @@ impl Bulk {
             if let Some(problem) = r.problem {
                 problems::count_contribution(c, problem, r.kind)?;
             }
-            Ok(((), change(r.orbit, r.author, created(id, r.kind))))
+            Ok((
+                (),
+                vec![Pending::new(r.orbit, r.author, created(id, r.kind))],
+            ))
         })
         .map(|_| ())
     }
@@ -466,18 +466,15 @@ impl Bulk {
 
     /// `n` memory records (`row(i)`: content and one tag), each with its
     /// `memory.created` change.
-    pub fn memory(&self, n: usize, mut row: impl FnMut(usize) -> Text) -> Result<(), String> {
-        self.rows(n, "memory insert", |c, i| {
-            let m = row(i);
-            let id = memory::insert(c, m.orbit, m.author, &m.first, &[m.second])?;
-            let created = Change {
-                kind: "memory.created",
-                entity_type: "memory",
-                entity_id: id,
-                task_id: None,
-                summary: format!("memory record {id} created"),
-            };
-            Ok(((), change(m.orbit, m.author, created)))
+    pub fn memory(&self, n: usize, row: impl FnMut(usize) -> Text) -> Result<(), String> {
+        self.created(n, ("memory", "memory record"), row, |c, m| {
+            memory::insert(
+                c,
+                m.orbit,
+                m.author,
+                &m.first,
+                std::slice::from_ref(&m.second),
+            )
         })
         .map(|_| ())
     }
