@@ -523,6 +523,69 @@ pub fn insert(
     .map(|r| r.id)
 }
 
+/// One row of [`insert_many`].
+pub struct NewContribution<'a> {
+    pub orbit_id: i64,
+    pub kind: ContributionKind,
+    pub author: i64,
+    pub problem_id: Option<i64>,
+    pub title: &'a str,
+    pub body: &'a str,
+}
+
+/// A row [`insert_many`] wrote: what its change names.
+#[derive(QueryableByName)]
+pub struct Inserted {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = BigInt)]
+    pub orbit_id: i64,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = BigInt)]
+    pub author_id: i64,
+}
+
+/// [`insert`] for many rows in one statement (bulk loads): each at revision 1 with
+/// its revision row, no task and no artifacts. Returns the rows in id order, which
+/// is the order of `rows`.
+pub fn insert_many(
+    conn: &mut PgConnection,
+    rows: &[NewContribution<'_>],
+) -> QueryResult<Vec<Inserted>> {
+    let orbit_ids: Vec<i64> = rows.iter().map(|r| r.orbit_id).collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+    let authors: Vec<i64> = rows.iter().map(|r| r.author).collect();
+    let problem_ids: Vec<Option<i64>> = rows.iter().map(|r| r.problem_id).collect();
+    let titles: Vec<&str> = rows.iter().map(|r| r.title).collect();
+    let bodies: Vec<&str> = rows.iter().map(|r| r.body).collect();
+    crate::db::sql(
+        "WITH t AS (SELECT clock_timestamp() AS now), \
+         c AS ( \
+             INSERT INTO contributions (orbit_id, kind, author_id, problem_id, title, body, \
+                                        created_at, updated_at) \
+             SELECT r.orbit_id, r.kind, r.author_id, r.problem_id, r.title, r.body, \
+                    t.now, t.now \
+             FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY \
+                      AS r (orbit_id, kind, author_id, problem_id, title, body, n), t \
+             ORDER BY r.n \
+             RETURNING id, orbit_id, kind, author_id, title, body, artifact_ids, created_at \
+         ), v AS ( \
+             INSERT INTO contribution_revisions (contribution_id, revision, title, body, \
+                                                 artifact_ids, created_at) \
+             SELECT c.id, 1, c.title, c.body, c.artifact_ids, c.created_at FROM c \
+         ) \
+         SELECT id, orbit_id, kind, author_id FROM c ORDER BY id",
+    )
+    .bind::<Array<BigInt>, _>(orbit_ids)
+    .bind::<Array<Text>, _>(kinds)
+    .bind::<Array<BigInt>, _>(authors)
+    .bind::<Array<Nullable<BigInt>>, _>(problem_ids)
+    .bind::<Array<Text>, _>(titles)
+    .bind::<Array<Text>, _>(bodies)
+    .load::<Inserted>(conn)
+}
+
 /// Writes revision `head.revision + 1` (absent fields keep the current revision's
 /// values) and makes it current with no assessments. The caller holds `lock`.
 pub fn insert_revision(

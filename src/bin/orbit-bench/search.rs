@@ -2,12 +2,15 @@
 //! itself is `get_client` over the paths given here, and the reference is
 //! `pgbench -S` (`RefKind::SelectOnly`) in the same run.
 //!
-//! Data set (`src/bin/orbit-bench/search_seed.sql`, loaded straight into the service's database
-//! like the other bulk seeds): 100 orbits, 1,000,000 contributions and 100,000
-//! memory records (plus 1,000 problems and 1,000 tasks), words `w0`..`w4999` drawn
-//! with a skew (`w0` in about 45% of contributions, `w4999` in a few hundred),
-//! `tenpercent` in exactly 100,000 contributions, `rare<k>` in ten each. It has no
-//! change rows and no `contribution_revisions`: run no other scenario on it.
+//! Data set ([`seed`], written through the store with `Bulk`, each row with its
+//! change): 100 orbits, 1,000,000 contributions and 100,000 memory records (plus
+//! 1,000 problems and 1,000 tasks), words `w0`..`w4999` drawn with a skew (`w0` in
+//! about 45% of contributions, `w4999` in a few hundred), `tenpercent` in exactly
+//! 100,000 contributions, `rare<k>` in ten each. Deterministic (a seeded generator).
+//! The contributions go in statements of 500 rows (`Bulk::contributions_many`);
+//! the GIN indexes are dropped for the load and built again at the end, which is
+//! much faster than a million inserts into them. The orbits have a million changes
+//! between them: run no other scenario on this database.
 //!
 //! Shapes, 8 clients each:
 //! - `mixed`: 70% a rare word (`rare<k>`), 20% one or two skewed words, 5% a
@@ -15,47 +18,103 @@
 //!   `types`. Target: p99 < 25 ms, throughput ≥ 0.15 × `pgbench -S`.
 //! - `100k-word`: `q=tenpercent` only (100,000 matching contributions), with and
 //!   without an orbit. Target: p99 < 100 ms.
-//!
-//!
-//! The data set is loaded with SQL (like the other bulk seeds), not through the
-//! store: a million rows one write at a time would take the run's whole budget.
 
 use diesel::connection::SimpleConnection;
-use diesel::PgConnection;
+use diesel::{Connection, PgConnection};
+use orbit_commons::store::contributions::ContributionKind;
 use rand::{Rng, SeedableRng};
 
-/// The data set's SQL (also runnable with psql).
-pub const SEED_SQL: &str = include_str!("search_seed.sql");
+use crate::bulk::{Bulk, NewContribution, Text};
 
 /// How many orbits, rare words and skewed words the data set has.
 pub const ORBITS: u32 = 100;
 pub const RARE_WORDS: u32 = 100_000;
 pub const WORDS: u32 = 5000;
 
+/// Contributions in the data set (ten per rare word); memory records are a tenth.
+const CONTRIBUTIONS: usize = 1_000_000;
+
 /// Loads the data set into a migrated database whose search tables are empty
-/// (orbit-bench's fresh database). Takes about 30 s on two cores.
-pub fn seed(conn: &mut PgConnection) -> Result<(), String> {
-    let (load, after) = SEED_SQL
-        .split_once("-- after the load")
-        .ok_or("search_seed.sql: no `-- after the load` marker")?;
-    let load: String = load
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('\\'))
-        .collect::<Vec<_>>()
-        .join("\n");
-    conn.batch_execute(&load)
-        .map_err(|e| format!("search seed: {e}"))?;
-    // VACUUM refuses a multi-statement string: one statement at a time (the
-    // marker's own line first goes).
-    for statement in after
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
-    {
-        conn.batch_execute(statement)
-            .map_err(|e| format!("search seed: {statement}: {e}"))?;
-    }
-    Ok(())
+/// (orbit-bench's fresh database).
+pub fn seed(bulk: &Bulk) -> Result<(), String> {
+    load(bulk, CONTRIBUTIONS)
+}
+
+/// The data set with `contributions` contributions and a tenth as many memory
+/// records; the rest as [`seed`] says.
+fn load(bulk: &Bulk, contributions: usize) -> Result<(), String> {
+    let mut conn = PgConnection::establish(&bulk.url)
+        .map_err(|e| format!("search seed: cannot connect: {e}"))?;
+    let mut run = |sql: &str| {
+        conn.batch_execute(sql)
+            .map_err(|e| format!("search seed: {sql}: {e}"))
+    };
+    run("DROP INDEX IF EXISTS contributions_search_idx, memory_records_search_idx")?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut w = move || format!("w{}", skewed(&mut rng));
+    let author = bulk.agents("search-bench-", 1, |_| None)?[0];
+    let orbits = bulk.orbits(author, ORBITS as usize, |i| {
+        let o = i + 1;
+        [
+            format!("search-{o}"),
+            format!("Search bench orbit {o}"),
+            String::new(),
+        ]
+    })?;
+    // Rows are written in `g` order (ids follow it) and spread over the orbits
+    // independently of the words.
+    let orbit_of = |g: usize| orbits[spread(g as u64)];
+    bulk.contributions_many(contributions, |i| {
+        let g = i + 1;
+        let title = format!("note {} {}", w(), w());
+        let mut body = (0..8).map(|_| w()).collect::<Vec<_>>().join(" ");
+        if g % 10 == 0 {
+            body.push_str(" tenpercent");
+        }
+        body.push_str(&format!(" rare{}", g % RARE_WORDS as usize));
+        NewContribution {
+            orbit: orbit_of(g),
+            kind: ContributionKind::Note,
+            author,
+            problem: None,
+            title,
+            body,
+        }
+    })?;
+    bulk.memory(contributions / 10, |i| Text {
+        orbit: orbit_of(i + 1),
+        author,
+        first: format!("memory {} {} {} {}", w(), w(), w(), w()),
+        second: w(),
+    })?;
+    let by_g = |g: usize| orbits[g % ORBITS as usize];
+    bulk.problems(1000, |i| Text {
+        orbit: by_g(i + 1),
+        author,
+        first: format!("problem {}", w()),
+        second: format!("{} {}", w(), w()),
+    })?;
+    bulk.tasks_of(1000, None, |i| Text {
+        orbit: by_g(i + 1),
+        author,
+        first: format!("task {}", w()),
+        second: format!("{} {}", w(), w()),
+    })?;
+    run(
+        "CREATE INDEX contributions_search_idx ON contributions USING gin (search) \
+         WITH (fastupdate = off)",
+    )?;
+    run(
+        "CREATE INDEX memory_records_search_idx ON memory_records USING gin (search) \
+         WITH (fastupdate = off)",
+    )?;
+    // VACUUM refuses a multi-statement string.
+    run("VACUUM ANALYZE contributions, memory_records, problems, tasks, orbits")
+}
+
+/// Row `g`'s orbit index, a hash of `g` (so not correlated with the words).
+fn spread(g: u64) -> usize {
+    (g.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % ORBITS as usize
 }
 
 /// The request paths of a shape (`mixed` or `100k-word`), `n` of them, drawn
@@ -105,6 +164,11 @@ mod tests {
         assert!(paths("100k-word", 100, 1)
             .iter()
             .all(|p| p.starts_with("/api/v1/search?q=tenpercent")));
-        assert!(SEED_SQL.contains("-- after the load"));
+        let mut per_orbit = [0u32; ORBITS as usize];
+        (1..=10_000).for_each(|g| per_orbit[spread(g)] += 1);
+        assert!(
+            per_orbit.iter().all(|&n| (50..150).contains(&n)),
+            "{per_orbit:?}"
+        );
     }
 }

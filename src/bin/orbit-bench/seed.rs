@@ -287,14 +287,9 @@ impl Seeder<'_> {
                 Some(bulk) => {
                     eprintln!("seeding: the search data set (1,000,000 contributions, 100,000 memory records)");
                     let url = bulk.url.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let mut conn =
-                            <diesel::PgConnection as diesel::Connection>::establish(&url)
-                                .map_err(|e| format!("search seed: cannot connect: {e}"))?;
-                        crate::search::seed(&mut conn)
-                    })
-                    .await
-                    .map_err(|e| e.to_string())??;
+                    tokio::task::spawn_blocking(move || crate::search::seed(&Bulk { url }))
+                        .await
+                        .map_err(|e| e.to_string())??;
                     world.search_seeded = true;
                 }
                 None => world.notes.push(
@@ -306,14 +301,12 @@ impl Seeder<'_> {
         if has(Scenario::OrbitPage) {
             match self.bulk {
                 Some(bulk) => {
-                    eprintln!("seeding: the orbit-page data set (1,000 tasks, 10,000 changes)");
+                    eprintln!(
+                        "seeding: the orbit-page data set (1,000 tasks, {} changes)",
+                        crate::orbit_page::CHANGES
+                    );
                     let url = bulk.url.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let mut conn =
-                            <diesel::PgConnection as diesel::Connection>::establish(&url)
-                                .map_err(|e| format!("orbit-page seed: cannot connect: {e}"))?;
-                        crate::orbit_page::seed(&mut conn)
-                    })
+                    tokio::task::spawn_blocking(move || crate::orbit_page::seed(&Bulk { url }))
                     .await
                     .map_err(|e| e.to_string())??;
                     world.orbit_page_seeded = true;
