@@ -233,25 +233,29 @@ async fn a_later_write_that_meets_a_held_lock_runs_alone_after_the_group() {
                 actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             drop(orbit_lock);
-            // The group commits the task creation; the acquire waits alone.
-            while task_lock.waiting_now(&mut app.db.conn()) == 0 {
+            // The group commits the task creation while the acquire waits alone
+            // (it gave up its wait inside the group after 10 ms, a moment this
+            // loop may see too): were it waiting inside the group, the group would
+            // not commit before the task's row is released.
+            loop {
+                let waiting = task_lock.waiting_now(&mut app.db.conn());
+                let committed = sql_i64(
+                    &mut app.db.conn(),
+                    &format!(
+                        "SELECT count(*) AS n FROM tasks WHERE orbit_id = {} AND title = 'second'",
+                        c.orbit
+                    ),
+                );
+                if committed == 1 && waiting > 0 {
+                    break;
+                }
                 assert!(
                     std::time::Instant::now() < deadline,
-                    "the acquire never waited alone"
+                    "the group never committed while the acquire waited alone \
+                     (second committed: {committed}, waiting on the task: {waiting})"
                 );
                 actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            let committed = sql_i64(
-                &mut app.db.conn(),
-                &format!(
-                    "SELECT count(*) AS n FROM tasks WHERE orbit_id = {} AND title = 'second'",
-                    c.orbit
-                ),
-            );
-            assert_eq!(
-                committed, 1,
-                "the group committed without the waiting acquire"
-            );
             task_lock.release();
         };
         let (second, acquire, ()) = futures::join!(second, acquire, release);
