@@ -148,7 +148,7 @@ pub struct Config {
     /// changes of a busy moment go to every stream as one batch, one chunk each.
     /// More saves CPU with many streams of a busy orbit; it adds at most this much
     /// latency to an event. 0 reads once per wake-up.
-    #[arg(long, env = "ORBIT_STREAM_BATCH_MS", default_value_t = 20,
+    #[arg(long, env = "ORBIT_STREAM_BATCH_MS", default_value_t = 50,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub stream_batch_ms: u64,
 
@@ -235,7 +235,7 @@ impl Config {
             stream_max_seconds: 900,
             stream_keepalive_seconds: 15,
             stream_buffer: 64,
-            stream_batch_ms: 20,
+            stream_batch_ms: 50,
             metrics_bind: None,
             metrics_token: None,
             webhook_allow_private: false,

@@ -7,7 +7,7 @@
 //! reads the new changes once, renders them once as one buffer of SSE frames, and
 //! puts that read, shared, into every subscriber's bounded queue with `try_send`
 //! (never waiting). A busy orbit's tail reads at most once per
-//! `ORBIT_STREAM_BATCH_MS` (default 20 ms): the
+//! `ORBIT_STREAM_BATCH_MS` (default 50 ms): the
 //! changes of that moment go out as one batch, which each stream sends as one
 //! chunk (one socket write for the batch, not one per change). A subscriber whose
 //! queue is full — it stopped reading — is dropped: its stream ends and its client
