@@ -189,14 +189,29 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// A new cluster in the `C` locale (byte order, compared with `memcmp`) with the
+    /// character type `C.UTF-8`, which knows Unicode: full-text search splits words
+    /// at `—`, `“` or `…` as a server in a UTF-8 locale does (in plain `C` every
+    /// non-ASCII character is a letter). Where the system has no `C.UTF-8`, plain
+    /// `C`.
     fn initdb(&self) -> Result<(), String> {
-        let mut cmd = self.command("initdb");
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync"])
-            .arg("--locale=C");
-        self.run(cmd, "initdb")?;
-        Ok(())
+        let mut last = String::new();
+        for ctype in ["C.UTF-8", "C"] {
+            let mut cmd = self.command("initdb");
+            cmd.arg("-D")
+                .arg(&self.data_dir)
+                .args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync"])
+                .arg("--locale=C")
+                .arg(format!("--lc-ctype={ctype}"));
+            match self.run(cmd, "initdb") {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(ctype, error = %e, "initdb failed; trying the next character type");
+                    last = e;
+                }
+            }
+        }
+        Err(last)
     }
 
     pub fn is_running(&self) -> bool {
