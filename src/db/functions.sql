@@ -15,11 +15,13 @@
 -- decision (contract section 8) of both paths: `domain::fence` asks them in its
 -- lock statement and only words the refusal they name, and the quick_* functions
 -- ask the same functions; `member_role` and `token_use_due` are the membership
--- and the last-used rule both paths read. The quick_* functions run the successful
--- case of the lease cycle in groups (`perf::quick`, docs/MECHANISMS.md "Quick
--- writes") and decline (`quick_declined`) everything else to the ordinary path. A
--- decline decides nothing: it only sends the write to the ordinary path, which asks
--- the same verdict. The quick bodies are held to the ordinary path's by
+-- and the last-used rule both paths read; `lease_is_active` and `lease_end_reason`
+-- how a lease reads (the store's lease columns, the task's active lease, the quick
+-- lease bodies). The quick_* functions run the successful case of the lease cycle
+-- in groups (`perf::quick`, docs/MECHANISMS.md "Quick writes") and decline
+-- (`quick_declined`) everything else to the ordinary path. A decline decides
+-- nothing: it only sends the write to the ordinary path, which asks the same
+-- verdict. The quick bodies are held to the ordinary path's by
 -- tests/api/quick.rs, byte for byte.
 
 -- The one place a change is applied: the orbit's revision advances by one (its row
@@ -156,6 +158,22 @@ BEGIN
     WHERE t.id = p_task);
 END $$;
 
+-- How a lease reads at `p_now` (`store::tasks`' lease columns and a task's active
+-- lease, `json_lease_response`):
+-- active while it has not ended and has not run out; an open lease past its expiry
+-- reads as EXPIRED. IMMUTABLE (the clock is an argument), so inlined where used.
+CREATE OR REPLACE FUNCTION lease_is_active(p_end_reason text, p_expires timestamptz,
+                                           p_now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_end_reason IS NULL AND p_expires > p_now
+$$;
+
+CREATE OR REPLACE FUNCTION lease_end_reason(p_end_reason text, p_expires timestamptz,
+                                            p_now timestamptz)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(p_end_reason, CASE WHEN p_expires <= p_now THEN 'EXPIRED' END)
+$$;
+
 -- Timestamps as the API writes them (`model::format_ts`): RFC 3339, UTC,
 -- milliseconds (truncated), `Z`.
 CREATE OR REPLACE FUNCTION json_ts(t timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
@@ -182,10 +200,11 @@ LANGUAGE sql VOLATILE AS $$
         || '","renewed_at":' || COALESCE('"' || json_ts(l.renewed_at) || '"', 'null')
         || ',"released_at":' || COALESCE('"' || json_ts(l.released_at) || '"', 'null')
         || ',"is_active":'
-        || CASE WHEN l.end_reason IS NULL AND l.expires_at > clock_timestamp()
+        || CASE WHEN lease_is_active(l.end_reason, l.expires_at, clock_timestamp())
                 THEN 'true' ELSE 'false' END
-        || ',"end_reason":' || COALESCE(to_json(COALESCE(l.end_reason,
-               CASE WHEN l.expires_at <= clock_timestamp() THEN 'EXPIRED' END))::text, 'null')
+        || ',"end_reason":' || COALESCE(
+               to_json(lease_end_reason(l.end_reason, l.expires_at, clock_timestamp()))::text,
+               'null')
         || ',"orbit_revision":-9223372036854775807}}'
 $$;
 
@@ -478,8 +497,8 @@ LANGUAGE sql AS $$
       FROM due, orbits o
      WHERE w.id = due.id AND o.id = w.orbit_id
     RETURNING w.id, w.orbit_id, o.slug, w.url, w.kinds, w.secret, w.delivered_through,
-              w.attempts, w.claim_seq
-$$;
+              w.attempts, w.claim_seq;
+END $$;
 
 -- The outcome of one attempt under a claim. Logs it (the latest 100 per
 -- subscription are kept), then: delivered → `delivered_through` moves to the

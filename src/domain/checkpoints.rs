@@ -101,22 +101,23 @@ pub fn create(
         &artifact_ids,
         task.now,
     )?;
-    let id = checkpoint.id;
-    checkpoint.orbit_revision = Some(gate.record(
-        orbit_id,
-        caller.id(),
-        Change {
-            kind: "checkpoint.created",
-            entity_type: "checkpoint",
-            entity_id: id,
-            task_id: Some(task_id),
-            summary: format!(
-                "checkpoint {} of task {task_id} under lease v{}",
-                checkpoint.sequence, held.lease_version
-            ),
-        },
-    )?);
+    checkpoint.orbit_revision = Some(gate.record(orbit_id, caller.id(), created(&checkpoint))?);
     Reply::created(&checkpoint, orbit_id)
+}
+
+/// The change of a checkpoint's creation (restated in SQL by the quick writes: see
+/// `leases::acquired`).
+pub fn created(checkpoint: &Checkpoint) -> Change<'static> {
+    Change {
+        kind: "checkpoint.created",
+        entity_type: "checkpoint",
+        entity_id: checkpoint.id,
+        task_id: Some(checkpoint.task_id),
+        summary: format!(
+            "checkpoint {} of task {} under lease v{}",
+            checkpoint.sequence, checkpoint.task_id, checkpoint.lease_version
+        ),
+    }
 }
 
 /// A task's checkpoints, ascending (REST and MCP).

@@ -94,19 +94,38 @@ pub fn acquire(
         task.now,
         seconds,
     )?;
-    let lease_id = out.id;
-    out.orbit_revision = Some(gate.record(
-        orbit_id,
-        caller.id(),
-        Change {
-            kind: "lease.acquired",
-            entity_type: "lease",
-            entity_id: lease_id,
-            task_id: Some(task_id),
-            summary: format!("lease v{version} acquired on task {task_id}{summary}"),
-        },
-    )?);
+    let mut change = acquired(&out);
+    change.summary.push_str(&summary);
+    out.orbit_revision = Some(gate.record(orbit_id, caller.id(), change)?);
     Reply::created(&out, orbit_id)
+}
+
+/// The change of an acquire, by the lease it issued; the acquire adds to its
+/// summary what it ended. (The quick writes restate the summaries of
+/// [`acquired`], [`released`] and `checkpoints::created` in SQL:
+/// docs/DECISIONS.md, "The quick writes still render".)
+pub fn acquired(lease: &Lease) -> Change<'static> {
+    Change {
+        kind: "lease.acquired",
+        entity_type: "lease",
+        entity_id: lease.id,
+        task_id: Some(lease.task_id),
+        summary: format!(
+            "lease v{} acquired on task {}",
+            lease.lease_version, lease.task_id
+        ),
+    }
+}
+
+/// The change of a release, by the lease it ended.
+pub fn released(lease: &Lease) -> Change<'static> {
+    Change {
+        kind: "lease.released",
+        entity_type: "lease",
+        entity_id: lease.id,
+        task_id: Some(lease.task_id),
+        summary: format!("lease v{} released", lease.lease_version),
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -212,17 +231,7 @@ pub fn release(
         Guard::ReleaseOrOffer,
     )?;
     let mut out = store::end_lease_returning(conn, held.lease_id, task.now, "RELEASED")?;
-    out.orbit_revision = Some(gate.record(
-        orbit_id,
-        caller.id(),
-        Change {
-            kind: "lease.released",
-            entity_type: "lease",
-            entity_id: lease_id,
-            task_id: Some(task_id),
-            summary: format!("lease v{} released", held.lease_version),
-        },
-    )?);
+    out.orbit_revision = Some(gate.record(orbit_id, caller.id(), released(&out))?);
     Reply::ok(&out, orbit_id)
 }
 

@@ -199,9 +199,8 @@ macro_rules! lease_columns {
     () => {
         "l.id, l.task_id, l.lease_version, l.acquired_at, l.expires_at, \
         l.renewed_at, l.released_at, \
-        COALESCE(l.end_reason, CASE WHEN l.expires_at <= clock_timestamp() THEN 'EXPIRED' END) \
-            AS end_reason, \
-        (l.end_reason IS NULL AND l.expires_at > clock_timestamp()) AS is_active, \
+        lease_end_reason(l.end_reason, l.expires_at, clock_timestamp()) AS end_reason, \
+        lease_is_active(l.end_reason, l.expires_at, clock_timestamp()) AS is_active, \
         c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim"
     };
 }
@@ -373,7 +372,7 @@ macro_rules! task_select {
             WHERE l.task_id = t.id AND l.lease_version = t.lease_version \
             OFFSET 0 \
         ) v \
-        WHERE v.end_reason IS NULL AND v.expires_at > ", $clock, " \
+        WHERE lease_is_active(v.end_reason, v.expires_at, ", $clock, ") \
     ) l ON true \
     LEFT JOIN contributors lc ON lc.id = l.contributor_id"
         )

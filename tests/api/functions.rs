@@ -13,8 +13,9 @@ async fn every_start_reapplies_the_sql_functions() {
     let mut conn = db.conn();
     // A stale body (as an older release would have left it) and a missing function.
     diesel::sql_query(
-        "CREATE OR REPLACE FUNCTION json_ts(t timestamptz) RETURNS text \
-         LANGUAGE sql STABLE AS $$ SELECT 'stale'::text $$",
+        "CREATE OR REPLACE FUNCTION lease_end_reason(p_end_reason text, \
+         p_expires timestamptz, p_now timestamptz) RETURNS text \
+         LANGUAGE sql IMMUTABLE AS $$ SELECT 'stale'::text $$",
     )
     .execute(&mut conn)
     .unwrap();
@@ -41,7 +42,8 @@ async fn every_start_reapplies_the_sql_functions() {
     assert_eq!(
         sql_i64(
             &mut conn,
-            "SELECT (json_ts('2026-12-01T10:00:00Z') = '2026-12-01T10:00:00.000Z')::int::int8 AS n"
+            "SELECT (lease_end_reason(NULL, '2026-12-01T10:00:00Z', '2026-12-01T09:00:00Z') \
+             IS NULL)::int::int8 AS n"
         ),
         1
     );
