@@ -482,7 +482,13 @@ CREATE OR REPLACE FUNCTION webhook_claim(p_instance text, p_limit int, p_lease_m
 RETURNS TABLE (out_id bigint, out_orbit bigint, out_slug text, out_url text,
                out_kinds text[], out_secret text, out_through bigint, out_attempts int,
                out_seq bigint)
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- PL/pgSQL so that the statement's plan is kept for the session: as a SQL
+    -- function it was planned at every call, about 0.5 ms, and the delivery engine
+    -- claims after every burst of writes (a quarter of the lease cycle's requests
+    -- at one client, with no subscription at all).
+    RETURN QUERY
     WITH due AS (
         SELECT w.id FROM webhooks w JOIN orbits o ON o.id = w.orbit_id
         WHERE w.status = 'ACTIVE' AND w.next_attempt_at <= clock_timestamp()
@@ -568,10 +574,14 @@ END $$;
 -- arrived meanwhile (the caller claims again: the wake-up for it may have come
 -- while the claim was still held).
 CREATE OR REPLACE FUNCTION webhook_release(p_id bigint, p_instance text, p_seq bigint)
-RETURNS boolean LANGUAGE sql AS $$
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_more boolean;
+BEGIN
     UPDATE webhooks w SET claimed_by = NULL, claim_until = NULL
       FROM orbits o
      WHERE w.id = p_id AND w.claimed_by = p_instance AND w.claim_seq = p_seq
        AND o.id = w.orbit_id
-    RETURNING w.status = 'ACTIVE' AND w.delivered_through < o.revision
-$$;
+    RETURNING w.status = 'ACTIVE' AND w.delivered_through < o.revision INTO v_more;
+    RETURN v_more;
+END $$;
