@@ -621,7 +621,32 @@ pub fn insert_task(
     .map(|r| r.id)
 }
 
-/// Issues the next lease version of a locked task to `contributor`.
+/// `titles.len()` OPEN tasks in one orbit by one creator, one statement (bulk
+/// loads: the bench's million-task orbit); their ids, in the order of `titles`.
+pub fn insert_many(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    created_by: i64,
+    titles: &[String],
+    description: &str,
+) -> QueryResult<Vec<i64>> {
+    crate::db::sql(
+        "INSERT INTO tasks (orbit_id, title, description, created_by) \
+         SELECT $1, t.title, $3, $4 FROM unnest($2::text[]) WITH ORDINALITY AS t (title, n) \
+         ORDER BY t.n RETURNING id",
+    )
+    .bind::<BigInt, _>(orbit_id)
+    .bind::<Array<Text>, _>(titles)
+    .bind::<Text, _>(description)
+    .bind::<BigInt, _>(created_by)
+    .load::<Id>(conn)
+    .map(|rows| {
+        let mut ids: Vec<i64> = rows.into_iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        ids
+    })
+}
+
 /// Issues lease `version` on a locked task: bumps the task's `lease_version` and
 /// inserts the lease, in one statement that returns the lease as the API shows it.
 pub fn insert_lease(

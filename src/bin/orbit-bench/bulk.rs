@@ -299,6 +299,30 @@ impl Bulk {
         })
     }
 
+    /// [`Bulk::tasks`] for many tasks, [`BATCH`] rows per statement
+    /// (`tasks::insert_many`): for the million-task orbit. Their ids, in order.
+    pub fn tasks_many(&self, orbit: i64, creator: i64, n: usize) -> Result<Vec<i64>, String> {
+        self.batches(n, "task insert", |c, range| {
+            let titles: Vec<String> = range.map(|i| format!("bench task {}", i + 1)).collect();
+            let ids = tasks::insert_many(c, orbit, creator, &titles, "seeded by orbit-bench")?;
+            let changes = ids
+                .iter()
+                .flat_map(|&id| {
+                    let summary = format!("task {id} created");
+                    change(
+                        orbit,
+                        creator,
+                        "task.created",
+                        ("task", id),
+                        Some(id),
+                        summary,
+                    )
+                })
+                .collect();
+            Ok((ids, changes))
+        })
+    }
+
     /// Works on tasks of `orbit`, `steps` in order: each step is the store calls of
     /// its operation (lease issued, checkpoint, lease ended, task closed) and its
     /// change, as the operation's handler makes them. A task's first step sees

@@ -11,9 +11,9 @@ use serde::Serialize;
     about = "Load-tests Orbit Commons against pgbench on the same PostgreSQL server (issue 9)."
 )]
 pub struct Args {
-    /// Scenarios: `all` or a comma-separated list of lease-cycle, handoff-chain,
-    /// idempotent-replay, public-get, authed-get, changes-feed, overview, write-mix,
-    /// search, webhooks, orbit-page, events.
+    /// Scenarios: `all` or a comma-separated list of lease-cycle, lease-cycle-fresh,
+    /// handoff-chain, idempotent-replay, public-get, authed-get, changes-feed,
+    /// overview, write-mix, big-orbit, search, webhooks, orbit-page, events.
     #[arg(long, default_value = "all")]
     pub scenario: String,
 
@@ -46,6 +46,21 @@ pub struct Args {
     #[arg(long)]
     pub no_pgbench: bool,
 
+    /// Runs of every row (scenario, shape, client count), one after the other; the
+    /// report adds each group's spread and judges the worst run (issue 25).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub repeats: u32,
+
+    /// The tasks of `big-orbit`'s orbit.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub big_orbit_tasks: usize,
+
+    /// Also run every row unsettled: without waiting for autovacuum and without a
+    /// CHECKPOINT first (a settled row has both), right after its own seeding. Its
+    /// shape is named `<shape> unsettled`.
+    #[arg(long)]
+    pub unsettled: bool,
+
     /// The `events` scenario's subscribers: SSE streams of the hot orbit, open while
     /// the clients run the lease cycle there.
     #[arg(long, default_value_t = 1000)]
@@ -68,6 +83,7 @@ pub struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scenario {
     LeaseCycle,
+    LeaseCycleFresh,
     HandoffChain,
     IdempotentReplay,
     PublicGet,
@@ -75,6 +91,7 @@ pub enum Scenario {
     ChangesFeed,
     Overview,
     WriteMix,
+    BigOrbit,
     Search,
     Webhooks,
     OrbitPage,
@@ -82,8 +99,9 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::LeaseCycle,
+        Scenario::LeaseCycleFresh,
         Scenario::HandoffChain,
         Scenario::IdempotentReplay,
         Scenario::PublicGet,
@@ -91,6 +109,7 @@ impl Scenario {
         Scenario::ChangesFeed,
         Scenario::Overview,
         Scenario::WriteMix,
+        Scenario::BigOrbit,
         Scenario::Search,
         Scenario::Webhooks,
         Scenario::OrbitPage,
@@ -100,6 +119,7 @@ impl Scenario {
     pub fn name(self) -> &'static str {
         match self {
             Scenario::LeaseCycle => "lease-cycle",
+            Scenario::LeaseCycleFresh => "lease-cycle-fresh",
             Scenario::HandoffChain => "handoff-chain",
             Scenario::IdempotentReplay => "idempotent-replay",
             Scenario::PublicGet => "public-get",
@@ -107,6 +127,7 @@ impl Scenario {
             Scenario::ChangesFeed => "changes-feed",
             Scenario::Overview => "overview",
             Scenario::WriteMix => "write-mix",
+            Scenario::BigOrbit => "big-orbit",
             Scenario::Search => "search",
             Scenario::Webhooks => "webhooks",
             Scenario::OrbitPage => "orbit-page",
@@ -118,6 +139,8 @@ impl Scenario {
     pub fn reference(self) -> RefKind {
         match self {
             Scenario::LeaseCycle
+            | Scenario::LeaseCycleFresh
+            | Scenario::BigOrbit
             | Scenario::HandoffChain
             | Scenario::IdempotentReplay
             | Scenario::WriteMix

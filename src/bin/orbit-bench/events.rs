@@ -22,7 +22,7 @@ use crate::client::{Api, Resp};
 use crate::report::memory_kib;
 use crate::scenarios::clients::lease_cycle_client;
 use crate::scenarios::measure::{measure_in, Rec, RunCfg, Window};
-use crate::seed::{TaskPool, World};
+use crate::seed::World;
 
 pub const WITHOUT: &str = "no-subscribers";
 pub const WITH: &str = "subscribers";
@@ -441,14 +441,10 @@ pub async fn run(
 
     let states: Vec<_> = (0..clients)
         .map(|i| {
-            let p = &world.hot_pools[i];
             (
                 api.clone(),
                 world.agents[i].clone(),
-                TaskPool {
-                    tasks: p.tasks.clone(),
-                    next: p.next.clone(),
-                },
+                world.hot_pools[i].clone(),
                 Some(log.clone()),
             )
         })

@@ -25,7 +25,8 @@
 //! server and the service process, through `orbit_commons::testkit`), [`client`]
 //! (the load generator's HTTP client), [`seed`], [`scenarios`] (one virtual client
 //! per scenario, and the measurement), [`references`] (pgbench), [`profile`]
-//! (`--profile`) and [`report`] (the table and the JSON); [`bulk`] writes large
+//! (`--profile`), [`report`] (the table and the JSON) and [`repeats`] (each row's
+//! spread over `--repeats` runs, issue 25's hold); [`bulk`] writes large
 //! seeds with the library's store functions; [`webhooks`] is the webhook
 //! scenario's local receiver; [`events`] the event-stream scenario's subscribers.
 
@@ -36,6 +37,7 @@ mod events;
 mod orbit_page;
 mod profile;
 mod references;
+mod repeats;
 mod report;
 mod scenarios;
 mod search;
@@ -241,6 +243,7 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
         api: &api,
         bulk: bulk.as_ref(),
         run_tag: format!("{pid}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]),
+        big_orbit_tasks: args.big_orbit_tasks,
     };
     let mut world = World::default();
     let t_seed = Instant::now();
@@ -270,53 +273,49 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
         subscribers: args.subscribers,
         service_pid: res.service_pid,
     };
+    // Settled rows, and with --unsettled each row also unsettled (first: right
+    // after the seeding, before any row settles the server); each run --repeats times.
+    let modes: &[bool] = if args.unsettled {
+        &[false, true]
+    } else {
+        &[true]
+    };
+    let runs: Vec<(bool, u32)> = modes
+        .iter()
+        .flat_map(|&settled| (1..=args.repeats).map(move |repeat| (settled, repeat)))
+        .collect();
     let mut rows: Vec<Row> = Vec::new();
     for &scenario in scenarios {
-        let shapes = shapes_of(scenario, &world);
-        for (shape, unavailable) in shapes {
+        for (shape, unavailable) in shapes_of(scenario, &world) {
             for &clients in &args.clients {
-                if let Some(why) = &unavailable {
-                    rows.push(Row::skipped(scenario, &shape, clients, why.clone()));
-                    continue;
+                for &(settled, repeat) in &runs {
+                    let label = if settled {
+                        shape.clone()
+                    } else {
+                        format!("{shape} unsettled")
+                    };
+                    let mut row = match &unavailable {
+                        Some(why) => Row::skipped(scenario, &label, clients, why.clone()),
+                        None => {
+                            let what = (scenario, shape.as_str(), label.as_str(), clients, settled);
+                            run_row(
+                                args,
+                                &api,
+                                &seeder,
+                                &mut world,
+                                &mut refs,
+                                &profiler,
+                                pgss,
+                                res.service_pid,
+                                &cfg,
+                                what,
+                            )
+                            .await?
+                        }
+                    };
+                    row.repeat = repeat;
+                    rows.push(row);
                 }
-                // Let the previous row's background work (autovacuum, the checkpoint
-                // its writes call for) finish first: on a small machine it would take
-                // CPU from whatever is measured next.
-                if let Some((admin, _)) = &profiler {
-                    tokio::task::block_in_place(|| settle(admin));
-                }
-                // The reference first, measured while the service idles.
-                let kind = scenario.reference();
-                let reference = {
-                    let refs = &mut refs;
-                    tokio::task::block_in_place(|| refs.tps(kind, clients))
-                };
-                eprintln!(
-                    "running {} {shape} with {clients} client(s): {} s warm-up + {} s",
-                    scenario.name(),
-                    args.warmup,
-                    args.duration
-                );
-                let probe = match (&profiler, args.profile) {
-                    (Some((admin, datname)), true) => {
-                        Some(Probe::start(admin, datname, res.service_pid, pgss))
-                    }
-                    _ => None,
-                };
-                let rec = run_one(&api, &mut world, scenario, &shape, clients, &cfg).await?;
-                let all = rec.all;
-                let mut row = make_row(scenario, &shape, clients, &cfg, rec, kind, reference.ok());
-                if let Some(probe) = probe {
-                    row.profile = Some(tokio::task::block_in_place(|| probe.finish(all, false)));
-                }
-                eprintln!(
-                    "  {:.1} req/s, p50 {} ms, p99 {} ms, {} error(s)",
-                    row.requests_per_s.unwrap_or(0.0),
-                    fmt_opt(row.p50_ms, 2),
-                    fmt_opt(row.p99_ms, 2),
-                    row.errors
-                );
-                rows.push(row);
             }
         }
     }
@@ -346,6 +345,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
     };
 
     let targets = evaluate(&rows, &mem);
+    let spreads = repeats::spreads(&rows);
+    let holds = repeats::holds(&spreads);
     let mut references = Vec::new();
     let mut keys: Vec<_> = refs.cache.keys().copied().collect();
     keys.sort_by_key(|(k, c)| (k.name(), *c));
@@ -381,6 +382,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
         memory: &mem,
         token_cache,
         targets: &targets,
+        spreads: &spreads,
+        holds: &holds,
         notes: &world.notes,
     };
     println!("{}", report.text(args.profile, args.smoke));
@@ -391,4 +394,61 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
         .map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
     eprintln!("results written to {}", args.json.display());
     Ok(())
+}
+
+/// One measured row: its own seeding (`lease-cycle-fresh`: its never-leased tasks),
+/// the settling of a settled row (no autovacuum running, a CHECKPOINT), the
+/// reference, the run and, with `--profile`, its profile.
+#[allow(clippy::too_many_arguments)]
+async fn run_row(
+    args: &Args,
+    api: &Api,
+    seeder: &Seeder<'_>,
+    world: &mut World,
+    refs: &mut References,
+    profiler: &Option<(String, String)>,
+    pgss: bool,
+    service_pid: Option<u32>,
+    cfg: &RunCfg,
+    (scenario, shape, label, clients, settled): (Scenario, &str, &str, usize, bool),
+) -> Result<Row, String> {
+    if scenario == Scenario::LeaseCycleFresh {
+        let n = seed::FRESH_PER_SECOND * (args.warmup + args.duration) as usize;
+        world.fresh_pool = Some(seeder.fresh_tasks(world, n).await?);
+    }
+    // Let the previous row's background work (autovacuum, the checkpoint its writes
+    // call for) finish first: on a small machine it would take CPU from whatever is
+    // measured next.
+    if settled {
+        if let Some((admin, _)) = profiler {
+            tokio::task::block_in_place(|| settle(admin));
+        }
+    }
+    // The reference first, measured while the service idles.
+    let kind = scenario.reference();
+    let reference = tokio::task::block_in_place(|| refs.tps(kind, clients));
+    eprintln!(
+        "running {} {label} with {clients} client(s): {} s warm-up + {} s",
+        scenario.name(),
+        args.warmup,
+        args.duration
+    );
+    let probe = match (profiler, args.profile) {
+        (Some((admin, datname)), true) => Some(Probe::start(admin, datname, service_pid, pgss)),
+        _ => None,
+    };
+    let rec = run_one(api, world, scenario, shape, clients, cfg).await?;
+    let all = rec.all;
+    let mut row = make_row(scenario, label, clients, cfg, rec, kind, reference.ok());
+    if let Some(probe) = probe {
+        row.profile = Some(tokio::task::block_in_place(|| probe.finish(all, false)));
+    }
+    eprintln!(
+        "  {:.1} req/s, p50 {} ms, p99 {} ms, {} error(s)",
+        row.requests_per_s.unwrap_or(0.0),
+        fmt_opt(row.p50_ms, 2),
+        fmt_opt(row.p99_ms, 2),
+        row.errors
+    );
+    Ok(row)
 }

@@ -14,6 +14,8 @@ pub struct Row {
     pub scenario: String,
     pub shape: String,
     pub clients: usize,
+    /// Which run of the row (`--repeats`), from 1.
+    pub repeat: u32,
     pub requests: u64,
     pub requests_per_s: Option<f64>,
     pub p50_ms: Option<f64>,
@@ -37,6 +39,7 @@ impl Row {
             scenario: scenario.name().into(),
             shape: shape.into(),
             clients,
+            repeat: 1,
             requests: 0,
             requests_per_s: None,
             p50_ms: None,
@@ -63,7 +66,13 @@ pub fn markdown_table(rows: &[Row]) -> String {
         "| scenario | shape | clients | requests/s | p50 ms | p99 ms | errors | reference TPS | ratio |\n\
          |---|---|---:|---:|---:|---:|---:|---|---:|\n",
     );
+    let repeated = rows.iter().any(|r| r.repeat > 1);
     for r in rows {
+        let shape = if repeated {
+            format!("{} #{}", r.shape, r.repeat)
+        } else {
+            r.shape.clone()
+        };
         let reference = match (&r.reference, r.reference_tps) {
             (Some(k), Some(t)) => format!("{k} {t:.0}"),
             (Some(k), None) => format!("{k} n/a"),
@@ -76,7 +85,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.scenario,
-            r.shape,
+            shape,
             r.clients,
             rps,
             fmt_opt(r.p50_ms, 2),
@@ -318,6 +327,8 @@ pub struct Report<'a> {
     pub memory: &'a Memory,
     pub token_cache: Value,
     pub targets: &'a [Target],
+    pub spreads: &'a [crate::repeats::Spread],
+    pub holds: &'a [crate::repeats::Hold],
     pub notes: &'a [String],
 }
 
@@ -372,6 +383,7 @@ impl Report<'_> {
             self.duration_s
         ));
         out.push_str(&markdown_table(self.rows));
+        out.push_str(&crate::repeats::text(self.spreads, self.holds));
         let with_errors: Vec<_> = self.rows.iter().filter(|r| r.errors > 0).collect();
         if !with_errors.is_empty() {
             out.push_str("\nerrors:\n");

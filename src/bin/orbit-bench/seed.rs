@@ -13,15 +13,41 @@ use crate::client::{Agent, Api, Method};
 
 /// Fresh-task cursor of one lease-cycle client: cycles use the next task each time,
 /// wrapping around (a released task can be leased again) if the pool runs out.
+#[derive(Clone)]
 pub struct TaskPool {
     pub tasks: Arc<Vec<i64>>,
     pub next: Arc<AtomicUsize>,
+    /// Start again from the first task once all were taken; otherwise each task is
+    /// taken once (never leased before: `lease-cycle-fresh`, `big-orbit`).
+    pub wrap: bool,
 }
 
 impl TaskPool {
-    pub fn take(&self) -> i64 {
+    /// Tasks taken in turn, again and again.
+    pub fn cycling(ids: Vec<i64>) -> TaskPool {
+        TaskPool {
+            tasks: Arc::new(ids),
+            next: Arc::new(AtomicUsize::new(0)),
+            wrap: true,
+        }
+    }
+
+    /// Tasks taken once each, shared by every client holding a clone.
+    pub fn fresh(ids: Vec<i64>) -> TaskPool {
+        TaskPool {
+            wrap: false,
+            ..TaskPool::cycling(ids)
+        }
+    }
+
+    /// The next task; `None` when a fresh pool has none left.
+    pub fn take(&self) -> Option<i64> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
-        self.tasks[i % self.tasks.len()]
+        if self.wrap {
+            Some(self.tasks[i % self.tasks.len()])
+        } else {
+            self.tasks.get(i).copied()
+        }
     }
 }
 
@@ -62,8 +88,20 @@ pub struct World {
     pub search_seeded: bool,
     /// The orbit-page data set was loaded (`orbit_page::seed`, needs the database).
     pub orbit_page_seeded: bool,
+    /// `lease-cycle-fresh`'s orbit, every agent a member; each row seeds its own
+    /// tasks there ([`Seeder::fresh_tasks`]).
+    pub fresh_orbit: Option<i64>,
+    /// The never-leased tasks the current `lease-cycle-fresh` row seeded.
+    pub fresh_pool: Option<TaskPool>,
+    /// `big-orbit`'s orbit and its never-leased tasks (`--big-orbit-tasks`).
+    pub big_orbit: Option<(i64, TaskPool)>,
     pub notes: Vec<String>,
 }
+
+/// Never-leased tasks a `lease-cycle-fresh` row seeds per second of its warm-up
+/// and measurement: a cycle is three requests, and the lease cycle has not passed
+/// 4,000 requests a second on this machine.
+pub const FRESH_PER_SECOND: usize = 1_500;
 
 pub async fn register_many(api: &Api, prefix: &str, n: usize) -> Result<Vec<Agent>, String> {
     let mut out: Vec<Option<Agent>> = vec![None; n];
@@ -90,6 +128,8 @@ pub struct Seeder<'a> {
     pub api: &'a Api,
     pub bulk: Option<&'a Bulk>,
     pub run_tag: String,
+    /// The tasks of `big-orbit`'s orbit.
+    pub big_orbit_tasks: usize,
 }
 
 /// Tasks per lease-cycle client: bulk-seeded when the database is reachable.
@@ -158,13 +198,7 @@ impl Seeder<'_> {
         if need_hot || need_big {
             let owner = api.register(&format!("bench-{tag}-hot-owner")).await?;
             if need_hot {
-                let hot = api
-                    .create_orbit(&owner, &format!("bench-{tag}-hot"))
-                    .await?;
-                for a in &world.agents {
-                    api.join(a, hot).await?;
-                }
-                world.hot_orbit = Some(hot);
+                world.hot_orbit = Some(self.shared_orbit(&owner, "hot", &world.agents).await?);
             }
             world.hot_owner = Some(owner);
         }
@@ -178,18 +212,12 @@ impl Seeder<'_> {
             eprintln!("seeding: {per} tasks per lease-cycle client and shape");
             for (i, a) in world.agents.iter().enumerate() {
                 let ids = self.tasks(a, world.spread_orbits[i], per, None).await?;
-                world.spread_pools.push(TaskPool {
-                    tasks: Arc::new(ids),
-                    next: Arc::new(AtomicUsize::new(0)),
-                });
+                world.spread_pools.push(TaskPool::cycling(ids));
             }
             let hot = world.hot_orbit.ok_or("no hot orbit")?;
             for a in &world.agents {
                 let ids = self.tasks(a, hot, per, None).await?;
-                world.hot_pools.push(TaskPool {
-                    tasks: Arc::new(ids),
-                    next: Arc::new(AtomicUsize::new(0)),
-                });
+                world.hot_pools.push(TaskPool::cycling(ids));
             }
         } else if has(Scenario::PublicGet) {
             let hot = world.hot_orbit.ok_or("no hot orbit")?;
@@ -282,6 +310,26 @@ impl Seeder<'_> {
         if need_big {
             self.seed_big(world, has(Scenario::Overview)).await?;
         }
+        if has(Scenario::LeaseCycleFresh) || has(Scenario::BigOrbit) {
+            let owner = api.register(&format!("bench-{tag}-fresh-owner")).await?;
+            if has(Scenario::LeaseCycleFresh) {
+                world.fresh_orbit = Some(self.shared_orbit(&owner, "fresh", &world.agents).await?);
+            }
+            if has(Scenario::BigOrbit) {
+                let orbit = self.shared_orbit(&owner, "big", &world.agents).await?;
+                let bulk = self
+                    .bulk
+                    .ok_or("big-orbit: its million tasks need the database")?;
+                let n = self.big_orbit_tasks;
+                eprintln!("seeding: {n} tasks in one orbit (big-orbit)");
+                let (url, creator) = (bulk.url.clone(), owner.id);
+                let ids =
+                    tokio::task::spawn_blocking(move || Bulk { url }.tasks_many(orbit, creator, n))
+                        .await
+                        .map_err(|e| e.to_string())??;
+                world.big_orbit = Some((orbit, TaskPool::fresh(ids)));
+            }
+        }
         if has(Scenario::Search) {
             match self.bulk {
                 Some(bulk) => {
@@ -324,6 +372,38 @@ impl Seeder<'_> {
                 .map_err(|e| e.to_string())??;
         }
         Ok(())
+    }
+
+    /// A new orbit `bench-<tag>-<name>` of `owner`'s that every agent joined.
+    async fn shared_orbit(
+        &self,
+        owner: &Agent,
+        name: &str,
+        agents: &[Agent],
+    ) -> Result<i64, String> {
+        let orbit = self
+            .api
+            .create_orbit(owner, &format!("bench-{}-{name}", self.run_tag))
+            .await?;
+        for a in agents {
+            self.api.join(a, orbit).await?;
+        }
+        Ok(orbit)
+    }
+
+    /// `n` never-leased tasks in `lease-cycle-fresh`'s orbit, seeded for one row,
+    /// as a pool that hands out each once.
+    pub async fn fresh_tasks(&self, world: &World, n: usize) -> Result<TaskPool, String> {
+        let orbit = world.fresh_orbit.ok_or("no lease-cycle-fresh orbit")?;
+        let creator = world.agents.first().ok_or("no agents")?.id;
+        let bulk = self
+            .bulk
+            .ok_or("lease-cycle-fresh: its tasks need the database")?;
+        let url = bulk.url.clone();
+        let ids = tokio::task::spawn_blocking(move || Bulk { url }.tasks_many(orbit, creator, n))
+            .await
+            .map_err(|e| e.to_string())??;
+        Ok(TaskPool::fresh(ids))
     }
 
     /// Whether the knowledge routes exist: a route-level 404 ("No route matches")

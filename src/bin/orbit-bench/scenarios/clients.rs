@@ -26,7 +26,11 @@ pub async fn lease_cycle_client(
     };
     let mut step = 0u64;
     while rec.running() {
-        let task = pool.take();
+        let Some(task) = pool.take() else {
+            // A fresh pool ran out: the row seeded too few tasks for its rate.
+            rec.done(Instant::now(), Err("no never-leased task left".into()));
+            break;
+        };
         let t0 = Instant::now();
         let r = api
             .post_keyed(

@@ -19,6 +19,22 @@ use measure::{measure, percentile, Rec, RunCfg};
 pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<String>)> {
     match scenario {
         Scenario::LeaseCycle => vec![("spread".into(), None), ("hot".into(), None)],
+        Scenario::LeaseCycleFresh => vec![(
+            "hot".into(),
+            world.fresh_orbit.is_none().then(|| {
+                "not available: its tasks are seeded per row (needs the database)".to_owned()
+            }),
+        )],
+        Scenario::BigOrbit => ["lease-cycle", "write-mix"]
+            .iter()
+            .map(|shape| {
+                let missing = world.big_orbit.is_none().then(|| {
+                    "not available: the million-task orbit is not seeded (needs the database)"
+                        .to_owned()
+                });
+                (shape.to_string(), missing)
+            })
+            .collect(),
         Scenario::HandoffChain => vec![("spread".into(), None)],
         Scenario::IdempotentReplay => vec![("spread".into(), None)],
         Scenario::PublicGet => vec![
@@ -95,6 +111,7 @@ pub fn make_row(
         scenario: scenario.name().into(),
         shape: shape.into(),
         clients,
+        repeat: 1,
         requests: n,
         requests_per_s: Some(rps),
         p50_ms: percentile(&rec.latencies_us, 0.50),
@@ -108,6 +125,20 @@ pub fn make_row(
         profile: None,
         events: rec.events.take(),
     }
+}
+
+/// The lease cycle of `clients` agents taking tasks from one shared pool.
+async fn shared_lease_cycle(
+    api: &Api,
+    world: &World,
+    pool: TaskPool,
+    clients: usize,
+    cfg: &RunCfg,
+) -> Rec {
+    let states: Vec<_> = (0..clients)
+        .map(|i| (api.clone(), world.agents[i].clone(), pool.clone(), None))
+        .collect();
+    measure(cfg, states, lease_cycle_client).await.1
 }
 
 pub async fn run_one(
@@ -127,20 +158,24 @@ pub async fn run_one(
                 &world.spread_pools
             };
             let states: Vec<_> = (0..clients)
-                .map(|i| {
-                    let p = &pools[i];
-                    (
-                        api.clone(),
-                        world.agents[i].clone(),
-                        TaskPool {
-                            tasks: p.tasks.clone(),
-                            next: p.next.clone(),
-                        },
-                        None,
-                    )
-                })
+                .map(|i| (api.clone(), world.agents[i].clone(), pools[i].clone(), None))
                 .collect();
             let (_, rec) = measure(cfg, states, lease_cycle_client).await;
+            Ok(rec)
+        }
+        Scenario::LeaseCycleFresh => {
+            let pool = world.fresh_pool.take().ok_or("no fresh tasks seeded")?;
+            Ok(shared_lease_cycle(api, world, pool, clients, cfg).await)
+        }
+        Scenario::BigOrbit => {
+            let (orbit, pool) = world.big_orbit.clone().ok_or("no big orbit")?;
+            if shape == "lease-cycle" {
+                return Ok(shared_lease_cycle(api, world, pool, clients, cfg).await);
+            }
+            let states: Vec<_> = (0..clients)
+                .map(|i| (api.clone(), world.agents[i].clone(), orbit))
+                .collect();
+            let (_, rec) = measure(cfg, states, write_mix_client).await;
             Ok(rec)
         }
         Scenario::WriteMix => {
