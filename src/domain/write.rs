@@ -209,9 +209,15 @@ where
     // A verified token's id routes the write to its orbit's group (`perf::commits`).
     let token_id = bearer.cached(&tokens).map(|(_, id)| id);
     // A quick write of an orbit whose write group is running would decline (the
-    // group holds the orbit's row): it joins the group instead.
+    // group holds the orbit's row): it joins the group instead, unless the orbit's
+    // quick writes are busy too. Those are most of a hot orbit's lease cycle: sent
+    // to the write groups whenever one ordinary write kept a group busy, they kept
+    // it busy for good, at about nine statements a write (128 clients: 344
+    // requests/s, PERFORMANCE.md, issue 25).
     let quick = quick.filter(|_| {
-        state.config.quick_writes && !token_id.is_some_and(|t| state.commits.is_busy_for(t))
+        state.config.quick_writes
+            && !token_id
+                .is_some_and(|t| state.commits.is_busy_for(t) && !state.quick.is_busy_for(t))
     });
     // The quick form needs a verified token (its id) and a key to claim.
     let quick = match (quick, bearer.cached(&tokens), &key.0) {

@@ -194,6 +194,14 @@ impl QuickQueue {
         self.lanes.waiting()
     }
 
+    /// Whether a group of quick writes of the orbit the token `token_id` last wrote
+    /// to is running or has writes queued (`domain::write::run`).
+    pub fn is_busy_for(&self, token_id: i64) -> bool {
+        self.hints
+            .orbit_of(token_id)
+            .is_some_and(|orbit| self.lanes.is_busy(&Route::Orbit(orbit)))
+    }
+
     /// Runs `call` for the token `token_id` (verified by this instance) in the next
     /// group of its queue, and waits for the group's commit. `Ok(None)`: it changed
     /// nothing and the ordinary path must run, because it declined or its group's
