@@ -225,8 +225,9 @@ impl Cluster {
         let log = self.data_dir.join("server.log");
         let opts = format!(
             "-c listen_addresses='' -c unix_socket_directories='{}' -c unix_socket_permissions=0700 \
-             -p {PORT} -c max_connections=200",
-            self.socket_dir.display()
+             -p {PORT} -c max_connections=200 -c shared_buffers={}kB",
+            self.socket_dir.display(),
+            shared_buffers_kb(),
         );
         let mut cmd = self.command("pg_ctl");
         cmd.arg("start")
@@ -325,4 +326,24 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The private cluster's `shared_buffers`: a quarter of the machine's memory, as
+/// PostgreSQL's documentation suggests for a dedicated server, between its default
+/// (128 MB) and 1 GiB. With the default, a data set larger than 128 MB (the search
+/// bench's is 600 MB) is read through the operating system's cache page by page,
+/// and search's walks of an orbit's scattered rows slowed to several times their
+/// cost (docs/DECISIONS.md, "Search").
+fn shared_buffers_kb() -> u64 {
+    const DEFAULT_KB: u64 = 128 * 1024;
+    const MAX_KB: u64 = 1024 * 1024;
+    let total_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    (total_kb / 4).clamp(DEFAULT_KB, MAX_KB)
 }

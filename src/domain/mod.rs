@@ -65,4 +65,6 @@ pub struct Core {
     /// Long polls waiting per orbit and their shared feed reads (`feed`).
     pub feed_reads: Arc<feed::SharedReads<crate::store::changes::ChangeOut>>,
     pub long_polls: Arc<feed::PollCounts>,
+    /// The searched tables' statistics, for how a search reads them.
+    pub search_stats: Arc<crate::perf::searchstats::SearchStats>,
 }

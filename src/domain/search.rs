@@ -213,6 +213,7 @@ fn check(query: SearchQuery) -> ApiResult<Checked> {
 /// Runs a search as a public read: a presented token is checked first (401), then
 /// the query (422), the orbit filter (422 when no such orbit), then one page.
 pub async fn search(core: &Core, bearer: Bearer, query: SearchQuery) -> ApiResult<SearchPage> {
+    let stats = core.search_stats.clone();
     public_read(core, bearer, move |conn| {
         let c = check(query)?;
         let orbit_id = match &c.orbit {
@@ -249,20 +250,41 @@ pub async fn search(core: &Core, bearer: Bearer, query: SearchQuery) -> ApiResul
             Some(cur) => (cur.bounds, Some(cur.after)),
             None => (store::max_ids(conn)?, None),
         };
-        page(conn, &tsquery, &c, orbit_id, bounds, after, fingerprint)
+        let stats = stats.get(conn)?;
+        let (relaxed, window) = (store::without_phrases(&tsquery), store::window_of(&tsquery));
+        let access = |kind| stats.access(kind, &relaxed, orbit_id, window);
+        let found = Found {
+            orbit_id,
+            bounds,
+            after,
+            fingerprint,
+        };
+        page(conn, &tsquery, &c, found, &access)
     })
     .await
+}
+
+/// Where a page starts, and what its cursor must carry on.
+struct Found {
+    orbit_id: Option<i64>,
+    bounds: [i64; 4],
+    after: Option<After>,
+    fingerprint: u64,
 }
 
 fn page(
     conn: &mut diesel::PgConnection,
     tsquery: &str,
     c: &Checked,
-    orbit_id: Option<i64>,
-    bounds: [i64; 4],
-    after: Option<After>,
-    fingerprint: u64,
+    found: Found,
+    access: &dyn Fn(Kind) -> store::Access,
 ) -> TxResult<SearchPage> {
+    let Found {
+        orbit_id,
+        bounds,
+        after,
+        fingerprint,
+    } = found;
     let mut ranked = store::ranked(
         conn,
         tsquery,
@@ -271,6 +293,7 @@ fn page(
         &bounds,
         after,
         c.limit + 1,
+        access,
     )?;
     let more = ranked.len() as i64 > c.limit;
     ranked.truncate(c.limit as usize);

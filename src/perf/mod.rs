@@ -9,3 +9,4 @@ pub mod lanes;
 pub mod listcache;
 pub mod quick;
 pub mod readgroup;
+pub mod searchstats;

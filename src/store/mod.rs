@@ -12,6 +12,7 @@ pub mod problems;
 pub mod refs;
 pub mod rows;
 pub mod search;
+pub mod search_access;
 pub mod stamp;
 pub mod tasks;
 pub mod webhooks;

@@ -2,11 +2,12 @@
 //! columns of migration 8: parsing a query, the ranked candidates of one page, and
 //! the hits' fields with their highlighted snippets.
 //!
-//! The ranking statement goes through `diesel::sql_query`, not the cached `db::sql`:
-//! each execution is planned with its own tsquery, so PostgreSQL weighs a rare word
-//! (a few index entries, then a sort) against a common one (walk the id index
-//! backwards until the window is full) from its statistics. A cached generic plan
-//! would pick one of the two for every word.
+//! How each kind's newest matches are found (every index entry of a rare word,
+//! then a sort; walking the id index backwards for a common one) is decided by the
+//! caller from the tables' statistics (`store::search_access`), and the statement's
+//! shape leaves PostgreSQL that one way. It goes through `diesel::sql_query`, not
+//! the cached `db::sql`, so that where the statistics cannot decide (`Access::Planner`)
+//! the planner weighs the actual tsquery.
 
 use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
@@ -64,7 +65,7 @@ impl Kind {
         self as usize
     }
 
-    fn table(self) -> &'static str {
+    pub fn table(self) -> &'static str {
         match self {
             Kind::Contribution => "contributions",
             Kind::Memory => "memory_records",
@@ -146,11 +147,42 @@ struct RankedRow {
     rank: f32,
 }
 
+/// How one kind's newest window of matches is found (chosen by
+/// `store::search_access`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Every match from the GIN index, then the newest of them: for words that
+    /// match few rows. In an orbit, the orbit is a filter on those rows.
+    Bitmap,
+    /// The primary key (or, in an orbit, the orbit's `(orbit_id, id)` index)
+    /// backwards, testing each row until the window is full: for words that match
+    /// many rows.
+    Walk,
+    /// In an orbit: the word's GIN entries intersected with the orbit's index
+    /// entries, then the newest of the rows in both (PostgreSQL picks how).
+    Both,
+    /// No statistics to decide from: PostgreSQL's planner chooses, with the window.
+    Planner,
+}
+
+/// How many of a kind's newest matches of `tsquery` the ranking statement reads:
+/// [`WINDOW`], or for a query with a phrase the [`PHRASE_CANDIDATES`] holding all
+/// its words (the phrase is then checked on those).
+pub fn window_of(tsquery: &str) -> i64 {
+    if without_phrases(tsquery) != tsquery {
+        PHRASE_CANDIDATES
+    } else {
+        WINDOW
+    }
+}
+
 /// The next `limit` hits of `tsquery` in the order (rank desc, kind, id): for each
 /// kind of `kinds`, its newest [`WINDOW`] matches with an id up to `bounds` (in
 /// `orbit` when given; for a phrase, among [`PHRASE_CANDIDATES`]) are ranked, and
-/// only those. The statement's shape depends on
-/// `kinds`, `orbit` and `after` alone; every value is bound.
+/// only those, found the way `access` says for the kind (every way finds the same
+/// rows). The statement's shape depends on `kinds`, each one's access, `orbit` and
+/// `after` alone; every value is bound.
+#[allow(clippy::too_many_arguments)]
 pub fn ranked(
     conn: &mut PgConnection,
     tsquery: &str,
@@ -159,41 +191,37 @@ pub fn ranked(
     bounds: &[i64; 4],
     after: Option<After>,
     limit: i64,
+    access: &dyn Fn(Kind) -> Access,
 ) -> QueryResult<Vec<Ranked>> {
     if kinds.is_empty() {
         return Ok(Vec::new());
     }
     // $1 query, $2..$5 bounds by kind, $6 orbit, $7..$9 after, $10 limit, $11 the
-    // query without phrases.
-    let orbit_filter = if orbit.is_some() {
-        " AND t.orbit_id = $6"
-    } else {
-        ""
-    };
-    // Per kind, its newest WINDOW matches. PostgreSQL plans each execution with the
-    // actual query: a rare word reads its few index entries and sorts them, a common
-    // one walks the id index backwards until the window is full. With a phrase, the
-    // candidates are the newest PHRASE_CANDIDATES rows holding all its words ($11),
-    // and the phrase is checked on those only.
+    // query without phrases. With a phrase, the candidates are the newest
+    // PHRASE_CANDIDATES rows holding all its words ($11), and the phrase is checked
+    // on those only.
     let phrase = without_phrases(tsquery) != tsquery;
+    let (matching, window) = if phrase {
+        ("$11", PHRASE_CANDIDATES)
+    } else {
+        ("$1", WINDOW)
+    };
+    let mut planner = false;
     let branches: Vec<String> = kinds
         .iter()
-        .map(|k| {
-            let (kind, table, bound) = (k.as_str(), k.table(), k.index() + 2);
+        .map(|&k| {
+            let a = access(k);
+            planner |= matches!(a, Access::Planner | Access::Both);
+            let newest = newest(k, a, matching, orbit.is_some(), window);
+            let kind = k.as_str();
             if phrase {
                 format!(
-                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, c.id, c.doc FROM ( \
-                       SELECT t.id, t.search AS doc FROM {table} t \
-                       WHERE t.search @@ $11::tsquery AND t.id <= ${bound}{orbit_filter} \
-                       ORDER BY t.id DESC LIMIT {PHRASE_CANDIDATES}) c \
+                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, c.id, c.doc FROM ({newest}) c \
                      WHERE c.doc @@ $1::tsquery ORDER BY c.id DESC LIMIT {WINDOW})"
                 )
             } else {
                 format!(
-                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, t.id, t.search AS doc \
-                      FROM {table} t \
-                      WHERE t.search @@ $1::tsquery AND t.id <= ${bound}{orbit_filter} \
-                      ORDER BY t.id DESC LIMIT {WINDOW})"
+                    "(SELECT '{kind}'::text COLLATE \"C\" AS kind, c.id, c.doc FROM ({newest}) c)"
                 )
             }
         })
@@ -227,12 +255,12 @@ pub fn ranked(
         .bind::<BigInt, _>(a.id)
         .bind::<BigInt, _>(limit)
         .bind::<Text, _>(without_phrases(tsquery));
-    // Planned as if a random page read cost little more than a sequential one
-    // (the default says 4×), for this statement only: the rows are in memory, and
-    // with the default a common word within one orbit read its whole GIN posting
-    // list (100,000 entries, 20-35 ms) to avoid walking the orbit's index
-    // backwards (about 2,000 rows, 6 ms).
-    let rows: Vec<RankedRow> = if orbit.is_some() {
+    // Where the planner chooses, within one orbit, it plans as if a random page
+    // read cost little more than a sequential one (the default says 4×), for this
+    // statement only: the rows are in memory, and with the default a common word
+    // within one orbit read its whole GIN posting list (100,000 entries, 20-35 ms)
+    // to avoid walking the orbit's index backwards (about 2,000 rows, 6 ms).
+    let rows: Vec<RankedRow> = if orbit.is_some() && planner {
         conn.transaction(|c| {
             c.batch_execute("SET LOCAL random_page_cost = 1.1")?;
             query.load(c)
@@ -250,6 +278,43 @@ pub fn ranked(
             })
         })
         .collect())
+}
+
+/// The subquery of `kind`'s newest `window` rows (`id`, `doc`) matching the
+/// tsquery in parameter `matching`, with an id up to the kind's bound (and in the
+/// orbit, `$6`), found by `access`. The shapes leave PostgreSQL one way each:
+/// `ts_match_vq` is `@@` that no index can answer, `OFFSET 0` keeps the window's
+/// `LIMIT` from turning a fetch of every match into a walk, and `+ 0` keeps a
+/// column's index out of a bitmap.
+fn newest(kind: Kind, access: Access, matching: &str, orbit: bool, window: i64) -> String {
+    let (table, bound) = (kind.table(), kind.index() + 2);
+    let order = format!("ORDER BY t.id DESC LIMIT {window}");
+    match (access, orbit) {
+        (Access::Walk, _) => format!(
+            "SELECT t.id, t.search AS doc FROM {table} t \
+             WHERE ts_match_vq(t.search, {matching}::tsquery) AND t.id <= ${bound}{} {order}",
+            if orbit { " AND t.orbit_id = $6" } else { "" }
+        ),
+        (Access::Bitmap, _) | (Access::Both, false) => format!(
+            "SELECT t.id, t.doc FROM (SELECT t.id, t.search AS doc FROM {table} t \
+             WHERE t.search @@ {matching}::tsquery AND t.id + 0 <= ${bound}{} OFFSET 0) t {order}",
+            if orbit {
+                " AND t.orbit_id + 0 = $6"
+            } else {
+                ""
+            }
+        ),
+        (Access::Both, true) => format!(
+            "SELECT t.id, t.doc FROM (SELECT t.id, t.search AS doc FROM {table} t \
+             WHERE t.search @@ {matching}::tsquery AND t.id <= ${bound} AND t.orbit_id = $6 \
+             OFFSET 0) t {order}"
+        ),
+        (Access::Planner, _) => format!(
+            "SELECT t.id, t.search AS doc FROM {table} t \
+             WHERE t.search @@ {matching}::tsquery AND t.id <= ${bound}{} {order}",
+            if orbit { " AND t.orbit_id = $6" } else { "" }
+        ),
+    }
 }
 
 /// `tsquery` (PostgreSQL's text form) with its phrase operators (`<->`, `<N>`)

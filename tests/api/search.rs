@@ -725,3 +725,136 @@ async fn a_word_matching_more_than_the_window_ranks_its_newest_matches_only() {
     let found = hits(&search(&app, &[("q", "\"kiwi fruit\" -meanwhile")]).await);
     assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), phrase)]);
 }
+
+#[tokio::test]
+async fn every_access_finds_the_same_newest_matches_and_the_statistics_pick_by_frequency() {
+    use diesel::connection::SimpleConnection;
+    use diesel::RunQueryDsl;
+    use orbit_commons::store::search::{self as store, Access, After, Kind};
+    use orbit_commons::store::search_access::statistics;
+
+    let app = TestApp::spawn().await;
+    let a = crew(&app, "access-a", 0).await;
+    let b = crew(&app, "access-b", 0).await;
+    let mut conn = app.db.conn();
+    // 1,600 rows in orbit a and 400 in orbit b, interleaved: `plenty` in all,
+    // `middling` in one in 40, `scarce` in two in 400; a memory record and a problem
+    // too, so that every kind's branch runs.
+    diesel::sql_query(format!(
+        "INSERT INTO contributions (orbit_id, kind, author_id, title, body, created_at, \
+                                    updated_at) \
+         SELECT CASE WHEN g % 5 = 0 THEN {} ELSE {} END, 'NOTE', {}, 'row ' || g, \
+                'plenty of words' \
+                || CASE WHEN g % 40 = 0 THEN ' middling' ELSE '' END \
+                || CASE WHEN g % 400 IN (5, 7) THEN ' scarce' ELSE '' END, now(), now() \
+         FROM generate_series(1, 2000) g",
+        b.orbit, a.orbit, a.owner.id
+    ))
+    .execute(&mut conn)
+    .expect("bulk insert");
+    memory(
+        &app,
+        &a.owner,
+        a.orbit,
+        "plenty of middling memories",
+        &["scarce"],
+    )
+    .await;
+    problem(
+        &app,
+        &a.owner,
+        a.orbit,
+        "Plenty",
+        "a middling problem of words",
+    )
+    .await;
+    conn.batch_execute(
+        "ANALYZE contributions, memory_records, problems, tasks; SET enable_seqscan = off",
+    )
+    .expect("analyze");
+
+    let stats = statistics(&mut conn).expect("statistics");
+    let s = stats.kinds[Kind::Contribution.index()]
+        .as_ref()
+        .expect("contributions are analysed");
+    assert!(s.rows >= 2000.0, "{}", s.rows);
+    assert!(s.lexemes["plenti"] > 0.99, "{:?}", s.lexemes.get("plenti"));
+    assert!(s.orbits[&a.orbit] > 0.7, "{:?}", s.orbits);
+    let pick = |q: &str, orbit| stats.access(Kind::Contribution, q, orbit, store::WINDOW);
+    assert_eq!(pick("'plenti'", None), Access::Walk);
+    assert_eq!(pick("'scarc'", None), Access::Bitmap);
+    assert_eq!(pick("'scarc'", Some(a.orbit)), Access::Bitmap);
+
+    let bounds = store::max_ids(&mut conn).expect("bounds");
+    let all = [Access::Planner, Access::Bitmap, Access::Walk, Access::Both];
+    for q in [
+        "plenty",
+        "middling",
+        "scarce",
+        "plenty middling",
+        "\"plenty of words\"",
+        "-scarce",
+    ] {
+        let tsquery = store::parse(&mut conn, q)
+            .expect("parse")
+            .expect("searchable");
+        for orbit in [None, Some(a.orbit), Some(b.orbit)] {
+            let first = store::ranked(
+                &mut conn,
+                &tsquery,
+                &Kind::ALL,
+                orbit,
+                &bounds,
+                None,
+                30,
+                &|_| Access::Planner,
+            )
+            .expect("ranked");
+            assert!(!first.is_empty(), "{q} in {orbit:?}");
+            let after = first.get(9).map(|r| After {
+                rank: r.rank,
+                kind: r.kind,
+                id: r.id,
+            });
+            for start in [None, after] {
+                let mut by = |access: Access| {
+                    store::ranked(
+                        &mut conn,
+                        &tsquery,
+                        &Kind::ALL,
+                        orbit,
+                        &bounds,
+                        start,
+                        30,
+                        &|_| access,
+                    )
+                    .expect("ranked")
+                };
+                let expected = by(Access::Planner);
+                for access in all {
+                    assert_eq!(
+                        by(access),
+                        expected,
+                        "{q} in {orbit:?} after {start:?} by {access:?}"
+                    );
+                }
+            }
+            // The route answers the same first page, with the statistics' choice.
+            let mut params = vec![("q", q), ("limit", "30")];
+            let slug = match orbit {
+                Some(o) if o == a.orbit => Some("access-a"),
+                Some(_) => Some("access-b"),
+                None => None,
+            };
+            if let Some(s) = slug {
+                params.push(("orbit", s));
+            }
+            let got: Vec<(String, i64)> = ids_of(&hits(&search(&app, &params).await));
+            let want: Vec<(String, i64)> = first
+                .iter()
+                .map(|r| (r.kind.as_str().to_owned(), r.id))
+                .collect();
+            assert_eq!(got, want, "{q} in {orbit:?} over HTTP");
+        }
+    }
+}
