@@ -200,12 +200,10 @@ pub fn ranked(
     // query without phrases. With a phrase, the candidates are the newest
     // PHRASE_CANDIDATES rows holding all its words ($11), and the phrase is checked
     // on those only.
-    let phrase = without_phrases(tsquery) != tsquery;
-    let (matching, window) = if phrase {
-        ("$11", PHRASE_CANDIDATES)
-    } else {
-        ("$1", WINDOW)
-    };
+    let relaxed = without_phrases(tsquery);
+    let phrase = relaxed != tsquery;
+    let matching = if phrase { "$11" } else { "$1" };
+    let window = window_of(tsquery);
     let mut planner = false;
     let branches: Vec<String> = kinds
         .iter()
@@ -254,7 +252,7 @@ pub fn ranked(
         .bind::<Text, _>(a.kind.as_str())
         .bind::<BigInt, _>(a.id)
         .bind::<BigInt, _>(limit)
-        .bind::<Text, _>(without_phrases(tsquery));
+        .bind::<Text, _>(relaxed);
     // Where the planner chooses, within one orbit, it plans as if a random page
     // read cost little more than a sequential one (the default says 4×), for this
     // statement only: the rows are in memory, and with the default a common word
