@@ -8,17 +8,22 @@
 //! orbit their token last wrote to (`lanes::Hints`); a group runs each write's own
 //! unit of work — the same Rust function the ordinary path runs, so every rule keeps
 //! its one owner — under its own `SAVEPOINT` inside one transaction on the lane's
-//! connection, and commits once. A write whose work fails is rolled back to its
+//! connection, then applies every write's change (its closing statement,
+//! `revision::closing`) in the group's order, and commits once. The applies come
+//! last so that the group takes the orbit's row only for them and the commit, not
+//! through its writes' own statements: the orbit's other lane (or an instance's)
+//! runs its writes meanwhile. A write whose work fails is rolled back to its
 //! savepoint alone and answered its error, as its own transaction would have been.
-//! After the first write (which holds the orbit's lock from then on) every later
-//! write of the group gives up a lock wait at once (`lock_timeout`): whatever it
-//! would wait for is held elsewhere, and waiting inside the group would stall the
-//! group (or close a cycle with another group). Such a write, or one that met a
-//! deadlock or a serialization failure, is rolled back to its savepoint and runs
-//! again alone, after the group's commit, exactly as the ordinary path runs it. A
-//! group of one, a write whose token has no hint, and a token this instance has not
-//! verified run alone, as before. Nobody is answered before the commit their write
-//! is in.
+//! After the first write every later write of the group gives up a lock wait at
+//! once (`lock_timeout`): whatever it would wait for is held elsewhere, and waiting
+//! inside the group would stall the group (or close a cycle with another group).
+//! Such a write, or one that met a deadlock or a serialization failure, is rolled
+//! back to its savepoint and runs again alone, after the group's commit, exactly as
+//! the ordinary path runs it. The applies wait for the orbit's row as long as a
+//! lone write would; if one fails (nothing of its change is then in), the group is
+//! rolled back and every write runs alone. A group of one, a write whose token has
+//! no hint, and a token this instance has not verified run alone, as before.
+//! Nobody is answered before the commit their write is in.
 
 use std::sync::Arc;
 
@@ -110,6 +115,8 @@ impl<T: Send + 'static> Commits<T> {
 
 /// What became of one write inside a group.
 enum Step<T> {
+    /// Its work ran; its change is applied at the end of the group.
+    Ran(T, Option<String>),
     Done(Committed<T>),
     Failed(ApiError),
     /// Rolled back to its savepoint: runs alone after the group.
@@ -139,13 +146,14 @@ fn run_group<T>(pool: &PgPool, group: &mut [Work<T>]) -> Vec<ApiResult<Committed
         .map(|(step, work)| match step {
             Step::Done(done) => Ok(done),
             Step::Failed(e) => Err(e),
-            Step::Alone => db::transact_closing_on(&mut conn, work),
+            Step::Alone | Step::Ran(..) => db::transact_closing_on(&mut conn, work),
         })
         .collect()
 }
 
-/// The group's transaction: each write under its savepoint, then one COMMIT. `Err`
-/// when the transaction as a whole failed (the connection, or the COMMIT).
+/// The group's transaction: each write's work under its savepoint, then every
+/// change applied, then one COMMIT. `Err` when the transaction as a whole failed
+/// (the connection, or the COMMIT).
 fn in_one_transaction<T>(
     conn: &mut PgConnection,
     group: &mut [Work<T>],
@@ -155,23 +163,20 @@ fn in_one_transaction<T>(
     for (i, work) in group.iter_mut().enumerate() {
         let enter = match i {
             0 => "SAVEPOINT w".to_owned(),
+            // The session's own lock_timeout is kept for the applies.
             1 => format!(
-                "RELEASE SAVEPOINT w; SET LOCAL lock_timeout = {LATER_LOCK_TIMEOUT_MS}; \
-                 SAVEPOINT w"
+                "RELEASE SAVEPOINT w; \
+                 SELECT set_config('orbit.group_lock_timeout', current_setting('lock_timeout'), \
+                 true); SET LOCAL lock_timeout = {LATER_LOCK_TIMEOUT_MS}; SAVEPOINT w"
             ),
             _ => "RELEASE SAVEPOINT w; SAVEPOINT w".to_owned(),
         };
         if let Err(e) = conn.batch_execute(&enter) {
             return Err(abandon(conn, e));
         }
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            work(conn).and_then(|(value, closing)| match closing {
-                Some(closing) => Ok((value, Some(apply(conn, &closing)?))),
-                None => Ok((value, None)),
-            })
-        }));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)));
         let step = match ran {
-            Ok(Ok(done)) => Step::Done(done),
+            Ok(Ok((value, closing))) => Step::Ran(value, closing),
             Ok(Err(e)) => {
                 if let Err(lost) = conn.batch_execute("ROLLBACK TO SAVEPOINT w") {
                     return Err(abandon(conn, lost));
@@ -179,8 +184,9 @@ fn in_one_transaction<T>(
                 match e {
                     TxError::Db(e) if is_lost(&e) => return Err(abandon(conn, e)),
                     TxError::Db(e) if db::is_retryable(&e) || is_lock_timeout(&e) => Step::Alone,
-                    // A key held by a request still running: the write waits for it
-                    // alone, as the ordinary path does.
+                    // A key held by a request still running (or by an earlier write
+                    // of this group, its response not yet stored): the write waits
+                    // for it alone, as the ordinary path does.
                     TxError::Api(e) if e.body.code == "idempotency_key_in_flight" => Step::Alone,
                     e => Step::Failed(e.into()),
                 }
@@ -195,17 +201,46 @@ fn in_one_transaction<T>(
         };
         steps.push(step);
     }
+    let leave = "RELEASE SAVEPOINT w; \
+         SELECT set_config('lock_timeout', current_setting('orbit.group_lock_timeout'), true)";
+    if let Err(e) = conn.batch_execute(leave) {
+        return Err(abandon(conn, e));
+    }
+    let mut applied = Vec::with_capacity(steps.len());
+    for step in steps {
+        applied.push(match step {
+            Step::Ran(value, Some(closing)) => match apply(conn, &closing) {
+                Ok(took) => Step::Done((value, Some(took))),
+                Err(e) if is_lost(&e) => return Err(abandon(conn, e)),
+                // A change that could not be applied leaves its write's effect in
+                // the transaction without its revision: nothing of the group may
+                // commit, and every write runs alone.
+                Err(e) => {
+                    tracing::warn!(error = %e, "a write group's apply failed; running its writes alone");
+                    let _ = Tm::rollback_transaction(conn);
+                    return Ok(all_alone(group.len()));
+                }
+            },
+            Step::Ran(value, None) => Step::Done((value, None)),
+            other => other,
+        });
+    }
     match Tm::commit_transaction(conn) {
-        Ok(()) => Ok(steps),
+        Ok(()) => Ok(applied),
         Err(e) if is_lost(&e) => Err(e.into()),
         // The commit refused the group as a whole (nothing committed): every write
         // runs alone, where a refusal is its own.
         Err(e) => {
             tracing::warn!(error = %e, "a write group's commit failed; running its writes alone");
             let _ = Tm::rollback_transaction(conn);
-            Ok(steps.into_iter().map(|_| Step::Alone).collect())
+            Ok(all_alone(group.len()))
         }
     }
+}
+
+/// Every write of a group that did not commit, to run alone.
+fn all_alone<T>(n: usize) -> Vec<Step<T>> {
+    (0..n).map(|_| Step::Alone).collect()
 }
 
 /// Rolls the group back after a failure of the connection (or of a savepoint
@@ -217,8 +252,8 @@ fn abandon(conn: &mut PgConnection, e: DieselError) -> ApiError {
 
 /// Runs a write's closing statement (`revision::closing`, which applies its change
 /// and stores its response) inside the group, and returns what it took.
-fn apply(conn: &mut PgConnection, closing: &str) -> TxResult<Applied> {
-    Ok(diesel::sql_query(closing).get_result(conn)?)
+fn apply(conn: &mut PgConnection, closing: &str) -> diesel::QueryResult<Applied> {
+    diesel::sql_query(closing).get_result(conn)
 }
 
 /// A failure of the connection itself (`error::is_connection_failure`), as

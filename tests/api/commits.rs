@@ -268,3 +268,111 @@ async fn a_later_write_that_meets_a_held_lock_runs_alone_after_the_group() {
     let [writes] = app.metrics(["orbit_grouped_writes_total"]).await;
     assert_eq!(writes - writes0, 3);
 }
+
+/// A group applies its writes' changes after all their work, so it takes the
+/// orbit's row only for the applies and the commit: here the orbit's row is held
+/// elsewhere while a group of fifteen task creations runs, and when the group waits
+/// for it, every one of the fifteen has already made its task (drawn its id).
+/// Released, each is answered once, with its own dense revision.
+#[actix_web::test]
+async fn a_group_takes_the_orbit_row_only_after_every_write_has_run() {
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_writes = false;
+    })
+    .await;
+    let c = crate::work::crew(&app, "applies-last", 17).await;
+    let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
+    let held = crate::work::task(&app, &c.members[16], c.orbit, "held").await;
+    crate::work::lease(&app, &c.members[16], held, 600).await;
+    for m in &c.members[..16] {
+        // One write each, so each token has the orbit as its hint.
+        crate::work::task(&app, m, c.orbit, "warm").await;
+    }
+    let mut monitor = app.db.conn();
+    let last_task = "SELECT max(id) AS n FROM tasks";
+    let drawn = "SELECT last_value AS n FROM tasks_id_seq";
+    let ids_before = sql_i64(&mut monitor, drawn);
+    assert_eq!(ids_before, sql_i64(&mut monitor, last_task));
+    let revision_before = sql_i64(
+        &mut monitor,
+        &format!("SELECT revision AS n FROM orbits WHERE id = {}", c.orbit),
+    );
+
+    // The lane's first write, an acquire of a leased task, waits on the task's row
+    // and is then refused (no change to apply); fifteen task creations queue
+    // behind it and run as one group while the orbit's row is held.
+    let task_lock = crate::harness::RowLock::take(&app.db, held);
+    // The lock an apply's `UPDATE orbits` takes (a task's insert, which checks its
+    // orbit's key, does not wait for it).
+    let mut orbit_lock = app.db.conn();
+    let locker = sql_i64(&mut orbit_lock, "SELECT pg_backend_pid()::bigint AS n");
+    {
+        use diesel::connection::SimpleConnection;
+        orbit_lock
+            .batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM orbits WHERE id = {} FOR NO KEY UPDATE",
+                c.orbit
+            ))
+            .unwrap();
+    }
+    let first = crate::work::acquire(&app, &c.members[0], held, json!({}));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let rest = async {
+        while task_lock.waiting_now(&mut monitor) < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first write never waited"
+            );
+            actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let rest = futures::future::join_all(c.members[1..16].iter().enumerate().map(|(i, m)| {
+            app.post_keyed(&path, &m.token, json!({"title": format!("grouped {i}")}))
+        }));
+        let steer = async {
+            loop {
+                let [waiting] = app.metrics(["orbit_grouped_writes_waiting"]).await;
+                if waiting == 15 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{waiting} writes queued"
+                );
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            task_lock.release();
+            let blocked_apply = format!(
+                "SELECT count(*) AS n FROM pg_stat_activity \
+                 WHERE {locker} = ANY(pg_blocking_pids(pid)) \
+                 AND query LIKE 'EXECUTE orbit_apply%'"
+            );
+            while sql_i64(&mut monitor, &blocked_apply) < 1 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the group never waited for the orbit's row"
+                );
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let drawn_while_waiting = sql_i64(&mut monitor, drawn) - ids_before;
+            drop(orbit_lock);
+            drawn_while_waiting
+        };
+        futures::join!(rest, steer)
+    };
+    let (first, (rest, drawn_while_waiting)) = futures::join!(first, rest);
+
+    assert_eq!(first.status, 409, "{}", first.text);
+    assert_eq!(
+        drawn_while_waiting, 15,
+        "every write of the group had run when its first change was applied"
+    );
+    let mut revisions = Vec::new();
+    for r in rest {
+        assert_eq!(r.status, 201, "{}", r.text);
+        revisions.push(r.json["data"]["orbit_revision"].as_i64().unwrap());
+    }
+    revisions.sort_unstable();
+    let expected: Vec<i64> = (revision_before + 1..=revision_before + 15).collect();
+    assert_eq!(revisions, expected, "one dense revision per write");
+}
