@@ -376,3 +376,113 @@ async fn a_group_takes_the_orbit_row_only_after_every_write_has_run() {
     let expected: Vec<i64> = (revision_before + 1..=revision_before + 15).collect();
     assert_eq!(revisions, expected, "one dense revision per write");
 }
+
+/// Ten requests under one key that queue into one group: the first of them runs,
+/// the others find its key claimed but not yet answered (its change is applied at
+/// the end of the group), run alone after the group's commit and replay it. One
+/// task, one revision, ten identical answers.
+#[actix_web::test]
+async fn one_key_sent_ten_times_into_one_group_executes_once() {
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_writes = false;
+    })
+    .await;
+    let c = crate::work::crew(&app, "one-key", 2).await;
+    let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
+    for m in &c.members {
+        crate::work::task(&app, m, c.orbit, "warm").await;
+    }
+    let [groups_before, writes_before] = app
+        .metrics(["orbit_write_groups_total", "orbit_grouped_writes_total"])
+        .await;
+    let mut monitor = app.db.conn();
+    let revision_before = sql_i64(
+        &mut monitor,
+        &format!("SELECT revision AS n FROM orbits WHERE id = {}", c.orbit),
+    );
+    // The lane's first write (another agent's) waits for the orbit's row; the ten
+    // queue behind it.
+    let mut lock = app.db.conn();
+    let locker = sql_i64(&mut lock, "SELECT pg_backend_pid()::bigint AS n");
+    {
+        use diesel::connection::SimpleConnection;
+        lock.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM orbits WHERE id = {} FOR UPDATE",
+            c.orbit
+        ))
+        .unwrap();
+    }
+    let first = app.post_keyed(&path, &c.members[0].token, json!({"title": "first"}));
+    let key = uuid::Uuid::new_v4().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ten = async {
+        let blocked = format!(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE {locker} = ANY(pg_blocking_pids(pid))"
+        );
+        while sql_i64(&mut monitor, &blocked) < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first write never waited"
+            );
+            actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let ten = futures::future::join_all((0..10).map(|_| {
+            app.post_with_key(&path, &c.members[1].token, &key, json!({"title": "once"}))
+        }));
+        let release = async {
+            loop {
+                let [waiting] = app.metrics(["orbit_grouped_writes_waiting"]).await;
+                if waiting == 10 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{waiting} writes queued"
+                );
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            drop(lock);
+        };
+        futures::join!(ten, release).0
+    };
+    let (first, ten) = futures::join!(first, ten);
+
+    assert_eq!(first.status, 201, "{}", first.text);
+    let executed: Vec<_> = ten
+        .iter()
+        .filter(|r| r.header("idempotency-replayed").is_none())
+        .collect();
+    assert_eq!(executed.len(), 1, "one of the ten executed");
+    for r in &ten {
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(r.text, executed[0].text, "every answer is the same bytes");
+    }
+    assert_eq!(
+        sql_i64(
+            &mut app.db.conn(),
+            &format!(
+                "SELECT count(*) AS n FROM tasks WHERE orbit_id = {} AND title = 'once'",
+                c.orbit
+            ),
+        ),
+        1
+    );
+    assert_eq!(
+        sql_i64(
+            &mut app.db.conn(),
+            &format!("SELECT revision AS n FROM orbits WHERE id = {}", c.orbit),
+        ),
+        revision_before + 2,
+        "the first write and the one execution"
+    );
+    let [groups, writes] = app
+        .metrics(["orbit_write_groups_total", "orbit_grouped_writes_total"])
+        .await;
+    assert_eq!(writes - writes_before, 11);
+    assert_eq!(
+        groups - groups_before,
+        2,
+        "the first write alone, then the ten"
+    );
+}
