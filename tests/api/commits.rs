@@ -4,8 +4,40 @@
 
 use serde_json::json;
 
-use crate::harness::{sql_i64, TestApp};
+use std::time::{Duration, Instant};
+
+use diesel::PgConnection;
+
+use crate::harness::{sql_i64, RowLock, TestApp};
 use crate::work::release;
+
+/// How long a test waits for the state it steers the service into.
+const STEER: Duration = Duration::from_secs(20);
+
+/// Waits until `n` writes queue for their next group.
+async fn until_queued(app: &TestApp, n: u64) {
+    let deadline = Instant::now() + STEER;
+    loop {
+        let [waiting] = app.metrics(["orbit_grouped_writes_waiting"]).await;
+        if waiting == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} writes queued, not {n}"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until a session waits for `lock` (the service's write `what`).
+async fn until_waiting(lock: &RowLock, monitor: &mut PgConnection, what: &str) {
+    let deadline = Instant::now() + STEER;
+    while lock.waiting_now(monitor) < 1 {
+        assert!(Instant::now() < deadline, "{what} never waited");
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 
 /// Sixteen agents create tasks in one orbit while its row is locked elsewhere: the
 /// first write waits on the lock, the other fifteen queue behind it and then commit
@@ -38,18 +70,7 @@ async fn writes_that_queue_on_one_orbit_commit_together() {
     );
 
     // Hold the orbit's row: the lane's first write waits on it.
-    let mut lock = app.db.conn();
-    let locker = sql_i64(&mut lock, "SELECT pg_backend_pid()::bigint AS n");
-    {
-        use diesel::connection::SimpleConnection;
-        lock.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM orbits WHERE id = {orbit} FOR UPDATE"
-        ))
-        .unwrap();
-    }
-    let blocked = format!(
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE {locker} = ANY(pg_blocking_pids(pid))"
-    );
+    let lock = RowLock::on(&app.db, "orbits", orbit, "UPDATE");
     let first = app.post_keyed(&path, &agents[0].token, json!({"title": "first"}));
     let rest = futures::future::join_all(agents.iter().enumerate().skip(1).map(|(i, a)| {
         // Agent 3 names a problem of no orbit: refused inside its group.
@@ -61,27 +82,9 @@ async fn writes_that_queue_on_one_orbit_commit_together() {
         app.post_keyed(&path, &a.token, body)
     }));
     let release = async {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while sql_i64(&mut monitor, &blocked) < 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the first write never waited"
-            );
-            actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        let rest = rest;
+        until_waiting(&lock, &mut monitor, "the first write").await;
         let wait_for_queue = async {
-            loop {
-                let [waiting] = app.metrics(["orbit_grouped_writes_waiting"]).await;
-                if waiting == 15 {
-                    break;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{waiting} writes queued"
-                );
-                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+            until_queued(&app, 15).await;
             drop(lock);
         };
         let (rest, ()) = futures::join!(rest, wait_for_queue);
@@ -302,60 +305,35 @@ async fn a_group_takes_the_orbit_row_only_after_every_write_has_run() {
     // The lane's first write, an acquire of a leased task, waits on the task's row
     // and is then refused (no change to apply); fifteen task creations queue
     // behind it and run as one group while the orbit's row is held.
-    let task_lock = crate::harness::RowLock::take(&app.db, held);
+    let task_lock = RowLock::take(&app.db, held);
     // The lock an apply's `UPDATE orbits` takes (a task's insert, which checks its
     // orbit's key, does not wait for it).
-    let mut orbit_lock = app.db.conn();
-    let locker = sql_i64(&mut orbit_lock, "SELECT pg_backend_pid()::bigint AS n");
-    {
-        use diesel::connection::SimpleConnection;
-        orbit_lock
-            .batch_execute(&format!(
-                "BEGIN; SELECT 1 FROM orbits WHERE id = {} FOR NO KEY UPDATE",
-                c.orbit
-            ))
-            .unwrap();
-    }
+    let orbit_lock = RowLock::on(&app.db, "orbits", c.orbit, "NO KEY UPDATE");
     let first = crate::work::acquire(&app, &c.members[0], held, json!({}));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let rest = async {
-        while task_lock.waiting_now(&mut monitor) < 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the first write never waited"
-            );
-            actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        until_waiting(&task_lock, &mut monitor, "the first write").await;
         let rest = futures::future::join_all(c.members[1..16].iter().enumerate().map(|(i, m)| {
             app.post_keyed(&path, &m.token, json!({"title": format!("grouped {i}")}))
         }));
         let steer = async {
-            loop {
-                let [waiting] = app.metrics(["orbit_grouped_writes_waiting"]).await;
-                if waiting == 15 {
-                    break;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{waiting} writes queued"
-                );
-                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+            until_queued(&app, 15).await;
             task_lock.release();
+            let deadline = Instant::now() + STEER;
             let blocked_apply = format!(
                 "SELECT count(*) AS n FROM pg_stat_activity \
-                 WHERE {locker} = ANY(pg_blocking_pids(pid)) \
-                 AND query LIKE 'EXECUTE orbit_apply%'"
+                 WHERE {} = ANY(pg_blocking_pids(pid)) \
+                 AND query LIKE 'EXECUTE orbit_apply%'",
+                orbit_lock.pid()
             );
             while sql_i64(&mut monitor, &blocked_apply) < 1 {
                 assert!(
-                    std::time::Instant::now() < deadline,
+                    Instant::now() < deadline,
                     "the group never waited for the orbit's row"
                 );
-                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+                actix_web::rt::time::sleep(Duration::from_millis(10)).await;
             }
             let drawn_while_waiting = sql_i64(&mut monitor, drawn) - ids_before;
-            drop(orbit_lock);
+            orbit_lock.release();
             drawn_while_waiting
         };
         futures::join!(rest, steer)
@@ -403,46 +381,17 @@ async fn one_key_sent_ten_times_into_one_group_executes_once() {
     );
     // The lane's first write (another agent's) waits for the orbit's row; the ten
     // queue behind it.
-    let mut lock = app.db.conn();
-    let locker = sql_i64(&mut lock, "SELECT pg_backend_pid()::bigint AS n");
-    {
-        use diesel::connection::SimpleConnection;
-        lock.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM orbits WHERE id = {} FOR UPDATE",
-            c.orbit
-        ))
-        .unwrap();
-    }
+    let lock = RowLock::on(&app.db, "orbits", c.orbit, "UPDATE");
     let first = app.post_keyed(&path, &c.members[0].token, json!({"title": "first"}));
     let key = uuid::Uuid::new_v4().to_string();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let ten = async {
-        let blocked = format!(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE {locker} = ANY(pg_blocking_pids(pid))"
-        );
-        while sql_i64(&mut monitor, &blocked) < 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the first write never waited"
-            );
-            actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        until_waiting(&lock, &mut monitor, "the first write").await;
         let ten = futures::future::join_all((0..10).map(|_| {
             app.post_with_key(&path, &c.members[1].token, &key, json!({"title": "once"}))
         }));
         let release = async {
-            loop {
-                let [waiting] = app.metrics(["orbit_grouped_writes_waiting"]).await;
-                if waiting == 10 {
-                    break;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{waiting} writes queued"
-                );
-                actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            drop(lock);
+            until_queued(&app, 10).await;
+            lock.release();
         };
         futures::join!(ten, release).0
     };

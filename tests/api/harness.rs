@@ -465,8 +465,8 @@ pub fn sql_i64(conn: &mut PgConnection, sql: &str) -> i64 {
         .n
 }
 
-/// A row lock on one task, held by a connection of the test until released (or
-/// dropped, which rolls it back).
+/// A row lock (on one task, or any row: [`RowLock::on`]), held by a connection of
+/// the test until released (or dropped, which rolls it back).
 pub struct RowLock {
     conn: PgConnection,
     pid: i64,
@@ -474,14 +474,24 @@ pub struct RowLock {
 
 impl RowLock {
     pub fn take(db: &TestDb, task: i64) -> RowLock {
+        RowLock::on(db, "tasks", task, "UPDATE")
+    }
+
+    /// Locks row `id` of `table` `FOR <strength>` (`UPDATE`, `NO KEY UPDATE`, ...).
+    pub fn on(db: &TestDb, table: &str, id: i64, strength: &str) -> RowLock {
         use diesel::connection::SimpleConnection;
         let mut conn = db.conn();
         let pid = sql_i64(&mut conn, "SELECT pg_backend_pid()::bigint AS n");
         conn.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM tasks WHERE id = {task} FOR UPDATE"
+            "BEGIN; SELECT 1 FROM {table} WHERE id = {id} FOR {strength}"
         ))
-        .expect("lock the task row");
+        .unwrap_or_else(|e| panic!("lock {table} row {id}: {e}"));
         RowLock { conn, pid }
+    }
+
+    /// The backend holding the lock.
+    pub fn pid(&self) -> i64 {
+        self.pid
     }
 
     /// Sessions blocked by this lock now.
