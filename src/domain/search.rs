@@ -251,8 +251,8 @@ pub async fn search(core: &Core, bearer: Bearer, query: SearchQuery) -> ApiResul
             None => (store::max_ids(conn)?, None),
         };
         let stats = stats.get(conn)?;
-        let (relaxed, window) = (store::without_phrases(&tsquery), store::window_of(&tsquery));
-        let access = |kind| stats.access(kind, &relaxed, orbit_id, window);
+        let candidates = store::Candidates::of(&tsquery);
+        let access = |kind| stats.access(kind, &candidates.relaxed, orbit_id, candidates.window);
         let found = Found {
             orbit_id,
             bounds,

@@ -165,14 +165,28 @@ pub enum Access {
     Planner,
 }
 
-/// How many of a kind's newest matches of `tsquery` the ranking statement reads:
-/// [`WINDOW`], or for a query with a phrase the [`PHRASE_CANDIDATES`] holding all
-/// its words (the phrase is then checked on those).
-pub fn window_of(tsquery: &str) -> i64 {
-    if without_phrases(tsquery) != tsquery {
-        PHRASE_CANDIDATES
-    } else {
-        WINDOW
+/// The matches of `tsquery` the ranking statement reads for each kind.
+pub struct Candidates {
+    /// `tsquery` without its phrases ([`without_phrases`]): what the candidates
+    /// match, and what their access is chosen by.
+    pub relaxed: String,
+    /// Whether `tsquery` has a phrase (checked on the candidates only).
+    pub phrase: bool,
+    /// How many of the newest candidates: [`WINDOW`], or for a query with a
+    /// phrase the [`PHRASE_CANDIDATES`] holding all its words.
+    pub window: i64,
+}
+
+impl Candidates {
+    pub fn of(tsquery: &str) -> Candidates {
+        let relaxed = without_phrases(tsquery);
+        let phrase = relaxed != tsquery;
+        let window = if phrase { PHRASE_CANDIDATES } else { WINDOW };
+        Candidates {
+            relaxed,
+            phrase,
+            window,
+        }
     }
 }
 
@@ -200,10 +214,12 @@ pub fn ranked(
     // query without phrases. With a phrase, the candidates are the newest
     // PHRASE_CANDIDATES rows holding all its words ($11), and the phrase is checked
     // on those only.
-    let relaxed = without_phrases(tsquery);
-    let phrase = relaxed != tsquery;
+    let Candidates {
+        relaxed,
+        phrase,
+        window,
+    } = Candidates::of(tsquery);
     let matching = if phrase { "$11" } else { "$1" };
-    let window = window_of(tsquery);
     let mut planner = false;
     let branches: Vec<String> = kinds
         .iter()
