@@ -2,6 +2,7 @@
 //! the state hash, the unit of work and the reads, for `http::api::checkpoints` and
 //! the MCP tools.
 
+use actix_web::http::StatusCode;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
@@ -10,13 +11,15 @@ use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::fence::{self, Guard};
 use crate::domain::idempotency::{Gate, Operation};
-use crate::domain::revision::Change;
+use crate::domain::marks::Marks;
+use crate::domain::revision::{Change, PENDING};
 use crate::domain::tasks::task_member;
-use crate::domain::write::{claim, public_read, Reply};
+use crate::domain::write::{claim, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::canonical::canonical_json;
 use crate::model::{Page, PageParams, Validate};
+use crate::perf::quick::QuickCall;
 use crate::store::refs;
 use crate::store::tasks::{self as store, Checkpoint};
 
@@ -105,8 +108,45 @@ pub fn create(
     Reply::created(&checkpoint, orbit_id)
 }
 
-/// The change of a checkpoint's creation (restated in SQL by the quick writes: see
-/// `leases::acquired`).
+/// Checkpoint creation without artifacts as a quick write (`perf::quick`):
+/// answered as [`create`] answers it, with marks for what the statement chooses
+/// (the checkpoint's id and sequence, its orbit, the time). `state` is the
+/// canonical form of `value.state`, `hash` its SHA-256 (`state_hash`).
+pub fn quick_create(task_id: i64, value: &CreateCheckpoint, state: &str, hash: &str) -> Quick {
+    let lease_version = value.lease_version;
+    let summary = value.summary.clone();
+    let (state, hash) = (state.to_owned(), hash.to_owned());
+    Quick {
+        call: QuickCall::Checkpoint {
+            task_id,
+            lease_version,
+            summary: summary.clone(),
+            state: state.clone(),
+            state_hash: hash.clone(),
+        },
+        render: Box::new(move |actor| {
+            let mut marks = Marks::default();
+            let checkpoint = Checkpoint {
+                id: marks.number("id"),
+                task_id,
+                orbit_id: marks.number("orbit_id"),
+                lease_version,
+                sequence: marks.number("sequence"),
+                author: actor.clone(),
+                summary,
+                state: serde_json::value::RawValue::from_string(state).ok()?,
+                state_hash: hash,
+                artifact_ids: Vec::new(),
+                created_at: marks.time("created_at"),
+                orbit_revision: Some(PENDING),
+            };
+            let reply = Reply::new(StatusCode::CREATED, &checkpoint, None).ok()?;
+            marks.rendered(reply, created(&checkpoint))
+        }),
+    }
+}
+
+/// The change of a checkpoint's creation.
 pub fn created(checkpoint: &Checkpoint) -> Change<'static> {
     Change {
         kind: "checkpoint.created",

@@ -118,7 +118,7 @@ pub async fn register(
 /// grouped reads for a token this instance has verified.
 pub async fn me(core: &Core, bearer: Bearer) -> ApiResult<Me> {
     if let (Some(reads), Some(cached)) = (&core.reads, bearer.cached(&core.tokens)) {
-        return reads.me.read(cached).await;
+        return reads.me.read((cached.key, cached.token_id)).await;
     }
     let tokens = core.tokens.clone();
     db::read(&core.pool, move |conn| me_of(conn, &bearer, &tokens)).await

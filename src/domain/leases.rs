@@ -2,6 +2,7 @@
 //! duration rule, and the lease reads, for `http::api::leases` and the MCP tools.
 //! The lease decision itself is `domain::fence`.
 
+use actix_web::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -12,12 +13,14 @@ use crate::domain::access::member_or_forbidden;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::fence::{self, Guard, LockMode};
 use crate::domain::idempotency::{Gate, Operation};
-use crate::domain::revision::Change;
+use crate::domain::marks::Marks;
+use crate::domain::revision::{Change, PENDING};
 use crate::domain::tasks::task_member;
-use crate::domain::write::{claim, public_page, public_read, Reply};
+use crate::domain::write::{claim, public_page, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{ts, Cursor, Page, PageParams, Role, Validate};
+use crate::perf::quick::QuickCall;
 use crate::store::tasks::{self as store, Lease};
 
 pub const DEFAULT_DURATION: i64 = 900;
@@ -100,10 +103,71 @@ pub fn acquire(
     Reply::created(&out, orbit_id)
 }
 
+/// The acquire as a quick write (`perf::quick`): its success answered as
+/// [`acquire`] answers it, with marks for what the statement chooses (the lease's
+/// id, version and times). A new lease is active and has not ended.
+pub fn quick_acquire(task_id: i64, seconds: i64) -> Quick {
+    Quick {
+        call: QuickCall::Acquire { task_id, seconds },
+        render: Box::new(move |actor| {
+            let mut marks = Marks::default();
+            let lease = Lease {
+                id: marks.number("id"),
+                task_id,
+                contributor: actor.clone(),
+                lease_version: marks.number("lease_version"),
+                acquired_at: marks.time("acquired_at"),
+                expires_at: marks.time("expires_at"),
+                renewed_at: None,
+                released_at: None,
+                is_active: true,
+                end_reason: None,
+                orbit_revision: Some(PENDING),
+            };
+            marks.rendered(
+                Reply::new(StatusCode::CREATED, &lease, None).ok()?,
+                acquired(&lease),
+            )
+        }),
+    }
+}
+
+/// The release as a quick write: answered as [`release`] answers it, with marks
+/// for what only the lease's row tells (its task and times).
+pub fn quick_release(lease_id: i64, lease_version: i64) -> Quick {
+    Quick {
+        call: QuickCall::Release {
+            lease_id,
+            lease_version,
+        },
+        render: Box::new(move |actor| {
+            let mut marks = Marks::default();
+            let lease = Lease {
+                id: lease_id,
+                task_id: marks.number("task_id"),
+                contributor: actor.clone(),
+                lease_version,
+                acquired_at: marks.time("acquired_at"),
+                expires_at: marks.time("expires_at"),
+                renewed_at: Some(marks.time("renewed_at")),
+                released_at: Some(marks.time("released_at")),
+                is_active: false,
+                end_reason: Some(RELEASED.into()),
+                orbit_revision: Some(PENDING),
+            };
+            marks.rendered(
+                Reply::new(StatusCode::OK, &lease, None).ok()?,
+                released(&lease),
+            )
+        }),
+    }
+}
+
+/// The end reason of a released lease.
+const RELEASED: &str = "RELEASED";
+
 /// The change of an acquire, by the lease it issued; the acquire adds to its
-/// summary what it ended. (The quick writes restate the summaries of
-/// [`acquired`], [`released`] and `checkpoints::created` in SQL:
-/// docs/DECISIONS.md, "The quick writes still render".)
+/// summary what it ended.
 pub fn acquired(lease: &Lease) -> Change<'static> {
     Change {
         kind: "lease.acquired",
@@ -230,7 +294,7 @@ pub fn release(
         named,
         Guard::ReleaseOrOffer,
     )?;
-    let mut out = store::end_lease_returning(conn, held.lease_id, task.now, "RELEASED")?;
+    let mut out = store::end_lease_returning(conn, held.lease_id, task.now, RELEASED)?;
     out.orbit_revision = Some(gate.record(orbit_id, caller.id(), released(&out))?);
     Reply::ok(&out, orbit_id)
 }

@@ -6,7 +6,7 @@
 //! its operations, their request bodies and validation rules. Beside them the
 //! mechanisms: tokens and callers (`auth`), membership and roles (`access`), the
 //! lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit revision
-//! (`revision`), the change hub (`feed`), live event streams (`events`), search
+//! (`revision`), the marks a quick write's response is rendered with (`marks`), the change hub (`feed`), live event streams (`events`), search
 //! (`search`), webhooks and their delivery engine (`webhooks`), grouped reads
 //! (`reads`) and the one write path and public reads (`write`).
 //! It imports store, perf, model, db and error, never `http`.
@@ -25,6 +25,7 @@ pub mod fence;
 pub mod handoffs;
 pub mod idempotency;
 pub mod leases;
+pub mod marks;
 pub mod members;
 pub mod memory;
 pub mod orbits;

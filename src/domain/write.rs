@@ -17,9 +17,10 @@ use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, Stored};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult};
+use crate::model::ContributorActor;
 use crate::perf::commits::Work;
 use crate::perf::listcache::{self, ListKey, ListRoute, Stamp};
-use crate::perf::quick::{QuickCall, QuickKey};
+use crate::perf::quick::{QuickCall, QuickKey, Rendered};
 
 /// Claims the write's Idempotency-Key (`Gate::claim`, after the write's own checks
 /// and before its effect) and, for a key that already completed with the same
@@ -179,6 +180,18 @@ pub enum Outcome {
     Replayed(Stored),
 }
 
+/// Renders a quick write's success for its caller (`domain::marks`); `None`: the
+/// write takes the ordinary path.
+pub type Render = Box<dyn FnOnce(&ContributorActor) -> Option<Rendered> + Send>;
+
+/// A write's quick form (`perf::quick`): the call, and its success's response and
+/// change, rendered by the operation's own types and functions once the caller is
+/// known (e.g. `leases::quick_acquire`).
+pub struct Quick {
+    pub call: QuickCall,
+    pub render: Render,
+}
+
 /// A committed (or replayed) write: the status and exact body bytes that were
 /// stored under the key, and whether they were replayed from it.
 pub struct Written {
@@ -198,7 +211,7 @@ pub async fn run<F>(
     key: IdemHeader,
     op: &'static Operation,
     body_canonical: String,
-    quick: Option<QuickCall>,
+    quick: Option<Quick>,
     mut work: F,
 ) -> ApiResult<Written>
 where
@@ -207,7 +220,8 @@ where
     let tokens = state.tokens.clone();
     let retention = state.config.idempotency_retention_hours;
     // A verified token's id routes the write to its orbit's group (`perf::commits`).
-    let token_id = bearer.cached(&tokens).map(|(_, id)| id);
+    let verified = bearer.cached(&tokens);
+    let token_id = verified.as_ref().map(|v| v.token_id);
     // A quick write of an orbit whose write group is running would decline (the
     // group holds the orbit's row): it joins the group instead, unless the orbit's
     // quick writes are busy too. Those are most of a hot orbit's lease cycle: sent
@@ -219,26 +233,31 @@ where
             && !token_id
                 .is_some_and(|t| state.commits.is_busy_for(t) && !state.quick.is_busy_for(t))
     });
-    // The quick form needs a verified token (its id) and a key to claim.
-    let quick = match (quick, bearer.cached(&tokens), &key.0) {
-        (Some(call), Some((cache_key, token_id)), Some(Ok(k))) => {
+    // The quick form needs a verified token (its id and contributor), a key to
+    // claim, and a rendering whose marks are its own.
+    let quick = match (quick, verified, &key.0) {
+        (Some(quick), Some(verified), Some(Ok(k))) => (quick.render)(&verified.actor).map(|r| {
             let claim = QuickKey {
                 scope: op.scope(),
                 key: k.clone(),
-                fingerprint: op.fingerprint(&call.params(), &body_canonical),
+                fingerprint: op.fingerprint(&quick.call.params(), &body_canonical),
                 retention_hours: retention as i32,
             };
-            Some((call, cache_key, token_id, claim))
-        }
+            (quick.call, r, verified, claim)
+        }),
         _ => None,
     };
     let mut quick_done = None;
-    if let Some((call, cache_key, token_id, claim)) = quick {
-        let status = call.status();
-        match state.quick.run(call, token_id, claim).await? {
+    if let Some((call, rendered, verified, claim)) = quick {
+        let status = rendered.status;
+        match state
+            .quick
+            .run(call, rendered, verified.token_id, claim)
+            .await?
+        {
             Some(row) => {
                 state.metrics.quick_writes.fetch_add(1, Ordering::Relaxed);
-                tokens.confirm(cache_key, token_id);
+                tokens.confirm(&verified);
                 // The body as `apply_change` filled and stored it.
                 let reply = Reply {
                     status,

@@ -7,7 +7,10 @@
 //! most of a write's CPU. For these three writes, `domain::write::run` first runs a
 //! database function (`quick_*` in src/db/functions.sql) that does the same
 //! statements, in the same lock order, as part of one statement, and returns the
-//! response body with the revision it took. The writes of one orbit that queue in
+//! response body with the revision it took. The body and the change are rendered by
+//! the service before the statement, by the ordinary path's own types, with marks
+//! for the values the statement chooses ([`Rendered`], `domain::marks`): the
+//! functions fill those in and render nothing. The writes of one orbit that queue in
 //! this instance while a group runs go together in the next group ([`QuickQueue`]):
 //! one statement, one commit, one hold of the orbit's row lock for all of them.
 //!
@@ -110,19 +113,25 @@ impl QuickCall {
             } => (3, *lease_id, *lease_version, "", "", ""),
         }
     }
+}
 
-    /// The status of the write's success, as its handler answers it.
-    pub fn status(&self) -> actix_web::http::StatusCode {
-        match self {
-            QuickCall::Release { .. } => actix_web::http::StatusCode::OK,
-            _ => actix_web::http::StatusCode::CREATED,
-        }
-    }
+/// A quick write's response and change as the service rendered them
+/// (`domain::marks`): the statement fills in the values it chose and renders
+/// nothing itself.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The status of the write's success.
+    pub status: actix_web::http::StatusCode,
+    /// The response body, with marks (`quick_outcome`'s `p_body`).
+    pub body: String,
+    /// The change, the status and the marks, as JSON (`quick_outcome`'s `p_outcome`).
+    pub outcome: String,
 }
 
 /// A quick write waiting for its group.
 pub struct Queued {
     call: QuickCall,
+    rendered: Rendered,
     token_id: i64,
     key: QuickKey,
 }
@@ -202,8 +211,8 @@ impl QuickQueue {
             .is_some_and(|orbit| self.lanes.is_busy(&Route::Orbit(orbit)))
     }
 
-    /// Runs `call` for the token `token_id` (verified by this instance) in the next
-    /// group of its queue, and waits for the group's commit. `Ok(None)`: it changed
+    /// Runs `call`, answered with `rendered`, for the token `token_id` (verified by
+    /// this instance) in the next group of its queue, and waits for the group's commit. `Ok(None)`: it changed
     /// nothing and the ordinary path must run, because it declined or its group's
     /// statement failed (the group's transaction rolled back). A lost connection is
     /// returned as the ordinary path would return it (503: the group may have
@@ -211,6 +220,7 @@ impl QuickQueue {
     pub async fn run(
         &self,
         call: QuickCall,
+        rendered: Rendered,
         token_id: i64,
         key: QuickKey,
     ) -> ApiResult<Option<QuickRow>> {
@@ -220,6 +230,7 @@ impl QuickQueue {
             .map_or(Route::Token(token_id), Route::Orbit);
         let queued = Queued {
             call,
+            rendered,
             token_id,
             key,
         };
@@ -287,13 +298,14 @@ fn classify(e: DieselError) -> Option<ApiError> {
 }
 
 /// Runs the group's statement: `quick_write(...)` for a group of one, else
-/// `quick_batch(...)`, element i of each array for write i.
+/// `quick_batch(...)`, element i of each array for write i; each write's rendered
+/// body and outcome go last.
 fn load_group(conn: &mut PgConnection, group: &[Queued]) -> QueryResult<Vec<QuickRow>> {
     if let [one] = group {
         let (call, target, number, summary, state, hash) = one.call.args();
         return crate::db::sql(
             "SELECT out_index, out_orbit, out_revision, out_body \
-             FROM quick_write($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+             FROM quick_write($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind::<SmallInt, _>(call)
         .bind::<BigInt, _>(one.token_id)
@@ -306,13 +318,15 @@ fn load_group(conn: &mut PgConnection, group: &[Queued]) -> QueryResult<Vec<Quic
         .bind::<Text, _>(&one.key.key)
         .bind::<Text, _>(&one.key.fingerprint)
         .bind::<Integer, _>(one.key.retention_hours)
+        .bind::<Text, _>(&one.rendered.body)
+        .bind::<Text, _>(&one.rendered.outcome)
         .load(conn);
     }
     let column = |f: &dyn Fn(&Queued) -> i64| group.iter().map(f).collect::<Vec<_>>();
     let text = |f: &dyn Fn(&Queued) -> &str| group.iter().map(f).collect::<Vec<_>>();
     crate::db::sql(
         "SELECT out_index, out_orbit, out_revision, out_body \
-         FROM quick_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         FROM quick_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind::<Array<SmallInt>, _>(group.iter().map(|q| q.call.args().0).collect::<Vec<_>>())
     .bind::<Array<BigInt>, _>(column(&|q| q.token_id))
@@ -330,5 +344,7 @@ fn load_group(conn: &mut PgConnection, group: &[Queued]) -> QueryResult<Vec<Quic
             .map(|q| q.key.retention_hours)
             .collect::<Vec<_>>(),
     )
+    .bind::<Array<Text>, _>(text(&|q| &q.rendered.body))
+    .bind::<Array<Text>, _>(text(&|q| &q.rendered.outcome))
     .load(conn)
 }

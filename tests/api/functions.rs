@@ -19,25 +19,34 @@ async fn every_start_reapplies_the_sql_functions() {
     )
     .execute(&mut conn)
     .unwrap();
-    diesel::sql_query("DROP FUNCTION quick_batch(int2[], bigint[], bigint[], bigint[], text[], text[], text[], text[], text[], text[], int[])")
-        .execute(&mut conn)
-        .unwrap();
-    assert_eq!(
-        sql_i64(
-            &mut conn,
-            "SELECT count(*) AS n FROM pg_proc WHERE proname = 'quick_batch'"
-        ),
-        0
-    );
+    diesel::sql_query(
+        "DROP FUNCTION quick_batch(int2[], bigint[], bigint[], bigint[], text[], text[], \
+         text[], text[], text[], text[], int[], text[], text[])",
+    )
+    .execute(&mut conn)
+    .unwrap();
+    // The argument list of 2026-12-01 (the quick functions rendered the bodies then),
+    // as a database of that release still has it: dropped, not left as an overload.
+    diesel::sql_query(
+        "CREATE FUNCTION quick_batch(int2[], bigint[], bigint[], bigint[], text[], text[], \
+         text[], text[], text[], text[], int[]) RETURNS int LANGUAGE sql AS $$ SELECT 1 $$",
+    )
+    .execute(&mut conn)
+    .unwrap();
+    let current = "SELECT count(*) AS n FROM pg_proc \
+                   WHERE proname = 'quick_batch' AND pronargs = 13";
+    assert_eq!(sql_i64(&mut conn, current), 0);
 
     orbit_commons::db::migrate(&db.url).expect("migrate");
 
+    assert_eq!(sql_i64(&mut conn, current), 1);
     assert_eq!(
         sql_i64(
             &mut conn,
             "SELECT count(*) AS n FROM pg_proc WHERE proname = 'quick_batch'"
         ),
-        1
+        1,
+        "the old argument list is dropped"
     );
     assert_eq!(
         sql_i64(

@@ -1,4 +1,4 @@
-//! Quick writes (src/quick.rs): the lease cycle's successful case in one statement
+//! Quick writes (src/perf/quick.rs): the lease cycle's successful case in one statement
 //! answers exactly what the ordinary path would, and declines everything else to it.
 
 use std::time::{Duration, Instant};
@@ -38,8 +38,8 @@ async fn keyed(app: &TestApp, who: &Agent, path: &str, key: &str, body: Value) -
 async fn quick_writes_answer_byte_for_byte_what_the_ordinary_reads_show() {
     let app = TestApp::spawn().await;
     let c = crew(&app, "quick", 0).await;
-    // A name and no model claim that exercise the JSON escaping of the database's
-    // rendering: quotes, a backslash, emoji, right-to-left text.
+    // A name and no model claim that exercise the JSON escaping of the rendering:
+    // quotes, a backslash, emoji, right-to-left text.
     let r = app
         .register(json!({"type": "AGENT", "name": "Zoë \"q\" \\ 🚀 مرحبا"}))
         .await;
@@ -194,6 +194,80 @@ async fn quick_writes_answer_byte_for_byte_what_the_ordinary_reads_show() {
     let last = quick_counts(&app).await;
     assert_eq!((last.0 - after.0, last.1 - after.1), (0, 3));
     assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, rev0 + 3);
+}
+
+/// A quick write's body is rendered by the service with marks that the statement
+/// fills (src/domain/marks.rs). A client's text that holds a mark sends the write
+/// the ordinary way, answered as ever; a release after a renewal gets its
+/// `renewed_at` filled from the lease's row.
+#[tokio::test]
+async fn a_mark_in_a_clients_text_goes_the_ordinary_way_and_every_mark_is_filled() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "marks", 1).await;
+    let a = &c.members[0];
+    let t = task(&app, &c.owner, c.orbit, "marks").await;
+    let acquired = keyed(
+        &app,
+        a,
+        &format!("/api/v1/tasks/{t}/leases"),
+        "m-1",
+        json!({}),
+    )
+    .await;
+    assert_eq!(acquired.status, 201, "{}", acquired.text);
+    let lease_id = acquired.json["data"]["id"].as_i64().unwrap();
+    let start = quick_counts(&app).await;
+
+    // The checkpoint's marks are its id (the first number mark), its orbit, its
+    // sequence and its time (the fourth mark, 4 ms into year 1).
+    let checkpoints = format!("/api/v1/tasks/{t}/checkpoints");
+    for (key, summary, state) in [
+        ("m-2", "-9223372036854775806", json!({})),
+        ("m-3", "a time", json!({"at": "0001-01-01T00:00:00.004Z"})),
+    ] {
+        let body = json!({"lease_version": 1, "summary": summary, "state": state});
+        let cp = keyed(&app, a, &checkpoints, key, body).await;
+        assert_eq!(cp.status, 201, "{}", cp.text);
+        assert_eq!(cp.json["data"]["summary"], summary);
+        assert_eq!(cp.json["data"]["state"], state);
+        let id = cp.json["data"]["id"].as_i64().unwrap();
+        let read = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
+        assert_write_is_read_plus_revision(&cp, &read);
+    }
+    // Neither was tried the quick way (nor declined by it).
+    assert_eq!(quick_counts(&app).await, start);
+
+    let renewed = keyed(
+        &app,
+        a,
+        &format!("/api/v1/leases/{lease_id}/renew"),
+        "m-4",
+        json!({"lease_version": 1, "duration_seconds": 600}),
+    )
+    .await;
+    assert_eq!(renewed.status, 200, "{}", renewed.text);
+    let released = keyed(
+        &app,
+        a,
+        &format!("/api/v1/leases/{lease_id}/release"),
+        "m-5",
+        json!({"lease_version": 1}),
+    )
+    .await;
+    assert_eq!(released.status, 200, "{}", released.text);
+    assert_eq!(
+        released.json["data"]["renewed_at"],
+        renewed.json["data"]["renewed_at"]
+    );
+    assert!(released.json["data"]["released_at"].is_string());
+    let read = app.get(&format!("/api/v1/leases/{lease_id}"), None).await;
+    assert_write_is_read_plus_revision(&released, &read);
+    let end = quick_counts(&app).await;
+    assert_eq!(
+        (end.0 - start.0, end.1 - start.1),
+        (1, 0),
+        "the release went the quick way"
+    );
 }
 
 #[tokio::test]

@@ -1,9 +1,10 @@
 //! Authentication: bearer tokens, the verification cache and the `Caller`.
 //!
 //! A presented token is checked for format first (no hashing for garbage). A token
-//! verified with argon2 is remembered in memory under an HMAC of the token with a
-//! per-process key until it has gone unused for 10 minutes, so later requests skip
-//! argon2; failures are never cached. Revocation is still read from the database on
+//! verified with argon2 is remembered in memory (with its contributor, which a
+//! quick write's response names) under an HMAC of the token with a per-process key
+//! until it has gone unused for 10 minutes, so later requests skip argon2; failures
+//! are never cached. Revocation is still read from the database on
 //! every request, so a revoked token is refused on the very next request on any
 //! instance.
 //!
@@ -18,7 +19,7 @@
 pub mod token;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::dev::Payload;
@@ -64,11 +65,22 @@ pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 pub type CacheKey = [u8; 32];
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct CacheEntry {
     token_id: i64,
+    /// The token's contributor, as its row read when the entry was made (a
+    /// contributor's row never changes): what a quick write's response names.
+    actor: Arc<ContributorActor>,
     /// The last request this token succeeded with on this instance.
     seen_at: Instant,
+}
+
+/// A token this instance verified recently (`Bearer::cached`).
+#[derive(Clone)]
+pub struct Verified {
+    pub key: CacheKey,
+    pub token_id: i64,
+    pub actor: Arc<ContributorActor>,
 }
 
 /// Per-process verification cache.
@@ -107,12 +119,12 @@ impl TokenCache {
         mac.finalize().into_bytes().into()
     }
 
-    fn get(&self, key: &CacheKey) -> Option<i64> {
+    fn get(&self, key: &CacheKey) -> Option<CacheEntry> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
             .get(key)
             .filter(|e| e.seen_at.elapsed() < CACHE_TTL)
-            .map(|e| e.token_id)
+            .cloned()
     }
 
     /// True when the token was verified recently (used by the rate limiter, which
@@ -121,8 +133,13 @@ impl TokenCache {
         self.get(key).is_some()
     }
 
-    fn put(&self, key: CacheKey, token_id: i64) {
+    /// Remembers (or refreshes) a verified token and its contributor.
+    fn put(&self, key: CacheKey, token_id: i64, actor: &ContributorActor) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.get_mut(&key).filter(|e| e.token_id == token_id) {
+            e.seen_at = Instant::now();
+            return;
+        }
         if entries.len() >= CACHE_MAX_ENTRIES {
             entries.retain(|_, e| e.seen_at.elapsed() < CACHE_TTL);
             if entries.len() >= CACHE_MAX_ENTRIES {
@@ -133,6 +150,7 @@ impl TokenCache {
             key,
             CacheEntry {
                 token_id,
+                actor: Arc::new(actor.clone()),
                 seen_at: Instant::now(),
             },
         );
@@ -140,9 +158,9 @@ impl TokenCache {
 
     /// Counts a request a quick write (`src/perf/quick.rs`) authenticated with a cached
     /// token, and refreshes its entry, as `Bearer::require_with` does.
-    pub fn confirm(&self, key: CacheKey, token_id: i64) {
+    pub fn confirm(&self, verified: &Verified) {
         self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.put(key, token_id);
+        self.put(verified.key, verified.token_id, &verified.actor);
     }
 
     /// Seconds until `lookup` may be verified again, when it has used up its
@@ -284,14 +302,18 @@ impl Bearer {
         self.0.is_some()
     }
 
-    /// The token's row id when this instance verified it recently: a quick write
+    /// The token's row id and contributor when this instance verified it recently: a quick write
     /// (`src/perf/quick.rs`) then reads revocation in its own statement. `None` for no
     /// token or one that must be verified (the ordinary path does it).
-    pub fn cached(&self, cache: &TokenCache) -> Option<(CacheKey, i64)> {
+    pub fn cached(&self, cache: &TokenCache) -> Option<Verified> {
         let token = self.0.as_deref()?;
         token::parse(token)?;
         let key = cache.cache_key(token);
-        cache.get(&key).map(|id| (key, id))
+        cache.get(&key).map(|e| Verified {
+            key,
+            token_id: e.token_id,
+            actor: e.actor,
+        })
     }
 
     /// The keyed hash of the presented token (what the cache and the limiters key
@@ -339,7 +361,7 @@ impl Bearer {
         let parsed =
             token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;
         let key = cache.cache_key(token);
-        let cached = cache.get(&key);
+        let cached = cache.get(&key).map(|e| e.token_id);
         let by = match cached {
             Some(token_id) => TokenKey::Id(token_id),
             None => {
@@ -410,10 +432,17 @@ fn admit(
         cache.forget(&key);
         return Err(ApiError::unauthorized("The token has been revoked.").into());
     }
+    let (id, kind, name, model_claim) = row.contributor;
+    let actor = ContributorActor {
+        id,
+        kind,
+        name,
+        model_claim,
+    };
     // Written after a verification, refreshed on every later success: a token in
     // use is verified with argon2 once per process (revocation is read from the
     // database on every request anyway).
-    cache.put(key, row.id);
+    cache.put(key, row.id, &actor);
     if row.use_due {
         // Never wait for this bookkeeping: another request of the same token may
         // hold the row; it records the use then.
@@ -425,14 +454,8 @@ fn admit(
         .bind::<diesel::sql_types::Timestamptz, _>(row.now)
         .execute(conn)?;
     }
-    let (id, kind, name, model_claim) = row.contributor;
     Ok(Caller {
         token_id: row.id,
-        actor: ContributorActor {
-            id,
-            kind,
-            name,
-            model_claim,
-        },
+        actor,
     })
 }

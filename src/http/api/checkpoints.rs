@@ -13,7 +13,6 @@ use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{ok_json, page_json, write, State};
 use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
-use crate::perf::quick::QuickCall;
 use crate::store::tasks::Checkpoint;
 
 #[derive(Serialize, ToSchema)]
@@ -53,13 +52,7 @@ pub async fn create_checkpoint(
         .ok()
         .filter(|v| v.artifact_ids.as_ref().is_none_or(Vec::is_empty))
         .zip(hashed.as_ref())
-        .map(|(v, (state, hash))| QuickCall::Checkpoint {
-            task_id,
-            lease_version: v.lease_version,
-            summary: v.summary.clone(),
-            state: state.clone(),
-            state_hash: hash.clone(),
-        });
+        .map(|(v, (state, hash))| checkpoints::quick_create(task_id, v, state, hash));
     write(
         &checkpoints::CREATE_CHECKPOINT,
         &state,

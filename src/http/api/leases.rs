@@ -15,7 +15,6 @@ use crate::http::api::responses::{ReadErrors, WriteErrors};
 use crate::http::api::{ok_json, page_json, write, State};
 use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
-use crate::perf::quick::QuickCall;
 use crate::store::tasks::Lease;
 
 #[derive(Serialize, ToSchema)]
@@ -56,7 +55,7 @@ pub async fn acquire_lease(
         .check()
         .ok()
         .and_then(|b| duration(min, b.duration_seconds).ok())
-        .map(|seconds| QuickCall::Acquire { task_id, seconds });
+        .map(|seconds| leases::quick_acquire(task_id, seconds));
     write(
         &leases::ACQUIRE_LEASE,
         &state,
@@ -151,10 +150,10 @@ pub async fn release_lease(
     body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
-    let quick = body.check().ok().map(|b| QuickCall::Release {
-        lease_id,
-        lease_version: b.lease_version,
-    });
+    let quick = body
+        .check()
+        .ok()
+        .map(|b| leases::quick_release(lease_id, b.lease_version));
     write(
         &leases::RELEASE_LEASE,
         &state,

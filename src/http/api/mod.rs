@@ -32,13 +32,12 @@ use serde::Serialize;
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, REPLAYED_HEADER};
-use crate::domain::write::{page_bytes, Written};
+use crate::domain::write::{page_bytes, Quick, Written};
 pub use crate::domain::write::{public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult};
 use crate::http::json::Body;
 use crate::http::state::AppState;
-use crate::perf::quick::QuickCall;
 
 pub type State = web::Data<AppState>;
 
@@ -80,7 +79,7 @@ pub async fn written<T, F>(
     bearer: Bearer,
     key: IdemHeader,
     body: Body<T>,
-    quick: Option<QuickCall>,
+    quick: Option<Quick>,
     mut work: F,
 ) -> ApiResult<Written>
 where
@@ -125,7 +124,7 @@ pub async fn write<T: Send + 'static>(
     bearer: Bearer,
     key: IdemHeader,
     body: Body<T>,
-    quick: Option<QuickCall>,
+    quick: Option<Quick>,
     work: impl FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
         + Send
         + 'static,
