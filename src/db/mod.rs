@@ -235,7 +235,7 @@ where
 pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<Applied>)>
 where
     T: Send + 'static,
-    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send + 'static,
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)> + Send + 'static,
 {
     retrying(pool, move |conn| closing_attempt(conn, &mut work)).await
 }
@@ -287,14 +287,14 @@ pub fn transact_closing_on<T, F>(
     work: &mut F,
 ) -> ApiResult<(T, Option<Applied>)>
 where
-    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)>,
 {
     retry_on(conn, &mut |c: &mut PgConnection| closing_attempt(c, work))
 }
 
 fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, Option<Applied>)>
 where
-    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)>,
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)>,
 {
     use diesel::connection::{AnsiTransactionManager as Tm, TransactionManager};
     // BEGIN through diesel's manager, so a `conn.transaction()` inside `work` nests
@@ -309,7 +309,7 @@ where
             // diesel's PgConnection reconciles its transaction manager with libpq's
             // transaction status after every statement, so after this batch it
             // knows the transaction ended.
-            if let Err(e) = conn.batch_execute(&format!("{closing}; COMMIT")) {
+            if let Err(e) = conn.batch_execute(&format!("{}; COMMIT", closing.statement())) {
                 let _ = Tm::rollback_transaction(conn);
                 return Err(e.into());
             }
@@ -355,7 +355,7 @@ where
 /// stores it. The new revision and the filled body are left in the session
 /// settings `orbit.revision` and `orbit.body`, which outlive the commit, because
 /// the statement is sent together with COMMIT (`revision::closing`) and its rows
-/// are not read; inside a write group its row is read (`perf::commits`). The
+/// are not read; a write group applies its closings with [`apply_all`] instead. The
 /// subquery (`OFFSET 0` keeps it one) runs `apply_change` before the outer
 /// columns read what it set.
 pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
@@ -363,6 +363,26 @@ pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
      SELECT set_config('orbit.revision', a.r::text, false)::bigint AS revision, \
             current_setting('orbit.body') AS body \
      FROM (SELECT apply_change($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS r OFFSET 0) a";
+
+/// A write's closing: the arguments of `apply_change` as one parenthesized list of
+/// literals (`revision::closing` renders it). Alone, it is sent as `EXECUTE
+/// orbit_apply(...)` in one message with the COMMIT ([`Closing::statement`]); a
+/// write group sends all of its closings in one statement ([`apply_all`]).
+#[derive(Debug, Clone)]
+pub struct Closing(String);
+
+impl Closing {
+    /// `args`: `(orbit, kind, entity_type, entity, task, contributor, summary, key,
+    /// status, body)` as literals.
+    pub fn of_args(args: String) -> Closing {
+        Closing(args)
+    }
+
+    /// The statement that applies the change alone.
+    pub fn statement(&self) -> String {
+        format!("EXECUTE orbit_apply{}", self.0)
+    }
+}
 
 /// What a committed change took: its revision, and the response body with the
 /// revision filled in by `apply_change` (the bytes stored under the write's key).
@@ -372,6 +392,55 @@ pub struct Applied {
     pub revision: i64,
     #[diesel(sql_type = diesel::sql_types::Text)]
     pub body: String,
+}
+
+/// One row of [`apply_all`]: `i` is the closing's place.
+#[derive(diesel::QueryableByName)]
+struct AppliedAt {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    i: i32,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    revision: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    body: String,
+}
+
+/// Applies `closings` in order, in one statement (one round trip however many):
+/// what each took, in the same order. Each is read as `orbit_apply` reads it (the
+/// subquery runs `apply_change` before its row reads the body it left); the
+/// branches of a `UNION ALL` run one after the other. An error applies none of them.
+pub fn apply_all(
+    conn: &mut PgConnection,
+    closings: &[&Closing],
+) -> diesel::QueryResult<Vec<Applied>> {
+    use diesel::RunQueryDsl;
+    use std::fmt::Write as _;
+    let mut sql = String::with_capacity(closings.iter().map(|c| c.0.len() + 140).sum());
+    for (i, closing) in closings.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(" UNION ALL ");
+        }
+        let _ = write!(
+            sql,
+            "SELECT {i} AS i, a.r AS revision, current_setting('orbit.body') AS body \
+             FROM (SELECT apply_change{} AS r OFFSET 0) a",
+            closing.0
+        );
+    }
+    let mut rows: Vec<AppliedAt> = diesel::sql_query(sql).load(conn)?;
+    rows.sort_by_key(|r| r.i);
+    if rows.len() != closings.len() || rows.iter().enumerate().any(|(i, r)| r.i as usize != i) {
+        return Err(diesel::result::Error::QueryBuilderError(
+            "apply_all: one row per closing expected".into(),
+        ));
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| Applied {
+            revision: r.revision,
+            body: r.body,
+        })
+        .collect())
 }
 
 /// Reads what the last committed `orbit_apply` of this connection took.

@@ -316,7 +316,7 @@ impl Gate {
         conn: &mut PgConnection,
         status: StatusCode,
         body: &[u8],
-    ) -> TxResult<Option<String>> {
+    ) -> TxResult<Option<crate::db::Closing>> {
         if !self.checked && self.op.rule == KeyRule::Required {
             tracing::error!(operation = %self.op.scope(), "write route never claimed its key");
             return Err(ApiError::internal().into());

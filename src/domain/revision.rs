@@ -12,6 +12,8 @@
 //! the service in between, is what bounds a busy orbit's write rate. Long polls are
 //! woken after commit (`ChangeHub::publish`), never from inside the transaction.
 
+use crate::db::Closing;
+
 pub const NOTIFY_CHANNEL: &str = "orbit_changes";
 
 /// Stands for the revision a write will get, in a response built before it is known.
@@ -62,16 +64,18 @@ pub struct Response<'a> {
     pub stored: Option<(i64, i16)>,
 }
 
-/// The statement that applies `change` (fills its revision into the response body
+/// The closing that applies `change` (fills its revision into the response body
 /// and, for a keyed write, stores it), as text to send in
-/// one message with the transaction's COMMIT: the orbit row's lock is then held
+/// one message with the transaction's COMMIT (`db::Closing`; a write group sends
+/// all of its closings in one statement, then its COMMIT): the orbit row's lock is then held
 /// from this statement to the commit without a round trip to the service between
 /// them, so a busy orbit's writers wait for the database only, never for a service
 /// thread to be scheduled. Values are literals (the simple-query protocol carries
-/// no parameters): numbers as digits, text as standard-conforming string literals
-/// (quotes doubled; the connection sets `standard_conforming_strings`), the body as
-/// a hex bytea literal.
-pub fn closing(change: &Pending, response: Response<'_>) -> Result<String, String> {
+/// no parameters): numbers as digits (the status cast to `int2`), text as
+/// standard-conforming string literals (quotes doubled; the connection sets
+/// `standard_conforming_strings`), the body as a hex `bytea` literal: typed, so that
+/// they call `apply_change` itself as they fill `orbit_apply`'s parameters.
+pub fn closing(change: &Pending, response: Response<'_>) -> Result<Closing, String> {
     use std::fmt::Write as _;
     fn text(out: &mut String, s: &str) -> Result<(), String> {
         if s.contains('\0') {
@@ -94,7 +98,7 @@ pub fn closing(change: &Pending, response: Response<'_>) -> Result<String, Strin
     };
     let body = response.body;
     let mut sql = String::with_capacity(160 + change.summary.len() + 2 * body.len());
-    let _ = write!(sql, "EXECUTE orbit_apply({}, ", change.orbit_id);
+    let _ = write!(sql, "({}, ", change.orbit_id);
     text(&mut sql, &change.kind)?;
     sql.push_str(", ");
     text(&mut sql, &change.entity_type)?;
@@ -106,10 +110,10 @@ pub fn closing(change: &Pending, response: Response<'_>) -> Result<String, Strin
         change.contributor_id
     );
     text(&mut sql, &change.summary)?;
-    let _ = write!(sql, ", {}, {status}, '\\x", opt(key_id));
+    let _ = write!(sql, ", {}, {status}::int2, '\\x", opt(key_id));
     sql.push_str(&hex::encode(body));
-    sql.push_str("')");
-    Ok(sql)
+    sql.push_str("'::bytea)");
+    Ok(Closing::of_args(sql))
 }
 
 #[cfg(test)]
@@ -138,17 +142,23 @@ mod tests {
                 stored: Some((5, 201)),
             },
         )
-        .unwrap();
+        .unwrap()
+        .statement();
         assert_eq!(
             sql,
             format!(
                 "EXECUTE orbit_apply(7, 'task.created', 'task', 11, NULL, 3, \
-                 'it''s a \\ ''quoted'' summary', 5, 201, '\\x{}')",
+                 'it''s a \\ ''quoted'' summary', 5, 201::int2, '\\x{}'::bytea)",
                 hex::encode(body)
             )
         );
-        let no_key = closing(&change("s"), Response { body, stored: None }).unwrap();
-        assert!(no_key.ends_with(&format!(", NULL, 0, '\\x{}')", hex::encode(body))));
+        let no_key = closing(&change("s"), Response { body, stored: None })
+            .unwrap()
+            .statement();
+        assert!(no_key.ends_with(&format!(
+            ", NULL, 0::int2, '\\x{}'::bytea)",
+            hex::encode(body)
+        )));
     }
 
     /// The placeholder field as it appears in a compact JSON body, which

@@ -8,11 +8,11 @@
 //! orbit their token last wrote to (`lanes::Hints`); a group runs each write's own
 //! unit of work — the same Rust function the ordinary path runs, so every rule keeps
 //! its one owner — under its own `SAVEPOINT` inside one transaction on the lane's
-//! connection, then applies every write's change (its closing statement,
-//! `revision::closing`) in the group's order, and commits once. The applies come
-//! last so that the group takes the orbit's row only for them and the commit, not
-//! through its writes' own statements: the orbit's other lane (or an instance's)
-//! runs its writes meanwhile. A write whose work fails is rolled back to its
+//! connection, then applies every write's change (its closing, `revision::closing`)
+//! in the group's order, all in one statement (`db::apply_all`), and commits once.
+//! The applies come last so that the group takes the orbit's row only for them and
+//! the commit, not through its writes' own statements: the orbit's other lane (or
+//! an instance's) runs its writes meanwhile. A write whose work fails is rolled back to its
 //! savepoint alone and answered its error, as its own transaction would have been.
 //! After the first write every later write of the group gives up a lock wait at
 //! once (`lock_timeout`): whatever it would wait for is held elsewhere, and waiting
@@ -29,9 +29,9 @@ use std::sync::Arc;
 
 use diesel::connection::{AnsiTransactionManager as Tm, SimpleConnection, TransactionManager};
 use diesel::result::Error as DieselError;
-use diesel::{PgConnection, RunQueryDsl};
+use diesel::PgConnection;
 
-use crate::db::{self, Applied, PgPool, TxError, TxResult};
+use crate::db::{self, Applied, Closing, PgPool, TxError, TxResult};
 use crate::error::{ApiError, ApiResult};
 use crate::perf::lanes::Hints;
 use crate::perf::lanes::{Lanes, Shape};
@@ -46,7 +46,7 @@ const LATER_LOCK_TIMEOUT_MS: u32 = 10;
 
 /// One write's unit of work, as `db::transact_closing` runs it: its value and the
 /// closing statement that applies its change (if any).
-pub type Work<T> = Box<dyn FnMut(&mut PgConnection) -> TxResult<(T, Option<String>)> + Send>;
+pub type Work<T> = Box<dyn FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)> + Send>;
 
 /// A committed write: its value and what its closing statement took (the
 /// revision, and the response body with it filled in).
@@ -116,7 +116,7 @@ impl<T: Send + 'static> Commits<T> {
 /// What became of one write inside a group.
 enum Step<T> {
     /// Its work ran; its change is applied at the end of the group.
-    Ran(T, Option<String>),
+    Ran(T, Option<Closing>),
     Done(Committed<T>),
     Failed(ApiError),
     /// Rolled back to its savepoint: runs alone after the group.
@@ -206,25 +206,41 @@ fn in_one_transaction<T>(
     if let Err(e) = conn.batch_execute(leave) {
         return Err(abandon(conn, e));
     }
-    let mut applied = Vec::with_capacity(steps.len());
-    for step in steps {
-        applied.push(match step {
-            Step::Ran(value, Some(closing)) => match apply(conn, &closing) {
-                Ok(took) => Step::Done((value, Some(took))),
-                Err(e) if is_lost(&e) => return Err(abandon(conn, e)),
-                // A change that could not be applied leaves its write's effect in
-                // the transaction without its revision: nothing of the group may
-                // commit, and every write runs alone.
-                Err(e) => {
-                    tracing::warn!(error = %e, "a write group's apply failed; running its writes alone");
-                    let _ = Tm::rollback_transaction(conn);
-                    return Ok(all_alone(group.len()));
-                }
-            },
+    // Every change of the group, in the group's order, in one statement: the
+    // orbit's row is held from its first apply to the commit with one round trip
+    // between them, however large the group.
+    let closings: Vec<&Closing> = steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Ran(_, Some(closing)) => Some(closing),
+            _ => None,
+        })
+        .collect();
+    let took = if closings.is_empty() {
+        Ok(Vec::new())
+    } else {
+        db::apply_all(conn, &closings)
+    };
+    let mut took = match took {
+        Ok(took) => took.into_iter(),
+        Err(e) if is_lost(&e) => return Err(abandon(conn, e)),
+        // A change that could not be applied leaves its write's effect in the
+        // transaction without its revision: nothing of the group may commit, and
+        // every write runs alone.
+        Err(e) => {
+            tracing::warn!(error = %e, "a write group's apply failed; running its writes alone");
+            let _ = Tm::rollback_transaction(conn);
+            return Ok(all_alone(group.len()));
+        }
+    };
+    let applied: Vec<Step<T>> = steps
+        .into_iter()
+        .map(|step| match step {
+            Step::Ran(value, Some(_)) => Step::Done((value, took.next())),
             Step::Ran(value, None) => Step::Done((value, None)),
             other => other,
-        });
-    }
+        })
+        .collect();
     match Tm::commit_transaction(conn) {
         Ok(()) => Ok(applied),
         Err(e) if is_lost(&e) => Err(e.into()),
@@ -248,12 +264,6 @@ fn all_alone<T>(n: usize) -> Vec<Step<T>> {
 fn abandon(conn: &mut PgConnection, e: DieselError) -> ApiError {
     let _ = Tm::rollback_transaction(conn);
     e.into()
-}
-
-/// Runs a write's closing statement (`revision::closing`, which applies its change
-/// and stores its response) inside the group, and returns what it took.
-fn apply(conn: &mut PgConnection, closing: &str) -> diesel::QueryResult<Applied> {
-    diesel::sql_query(closing).get_result(conn)
 }
 
 /// A failure of the connection itself (`error::is_connection_failure`), as

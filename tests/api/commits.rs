@@ -100,7 +100,22 @@ async fn writes_that_queue_on_one_orbit_commit_together() {
             continue;
         }
         assert_eq!(r.status, 201, "{}", r.text);
-        revisions.push(r.json["data"]["orbit_revision"].as_i64().unwrap());
+        // Each answer is its own write's (the group's changes are applied in one
+        // statement), with the revision of its own change.
+        assert_eq!(r.json["data"]["title"], format!("grouped {i}"));
+        let revision = r.json["data"]["orbit_revision"].as_i64().unwrap();
+        let task = r.json["data"]["id"].as_i64().unwrap();
+        assert_eq!(
+            sql_i64(
+                &mut monitor,
+                &format!(
+                    "SELECT revision AS n FROM changes WHERE orbit_id = {orbit} \
+                     AND entity_type = 'task' AND entity_id = {task}"
+                ),
+            ),
+            revision
+        );
+        revisions.push(revision);
     }
     revisions.sort_unstable();
     let expected: Vec<i64> = (revision_before + 1..=revision_before + 15).collect();
@@ -319,10 +334,12 @@ async fn a_group_takes_the_orbit_row_only_after_every_write_has_run() {
             until_queued(&app, 15).await;
             task_lock.release();
             let deadline = Instant::now() + STEER;
+            // The group's applies, all in one statement (`db::apply_all`; a write
+            // alone would send `EXECUTE orbit_apply`).
             let blocked_apply = format!(
                 "SELECT count(*) AS n FROM pg_stat_activity \
                  WHERE {} = ANY(pg_blocking_pids(pid)) \
-                 AND query LIKE 'EXECUTE orbit_apply%'",
+                 AND query LIKE '%apply_change(%'",
                 orbit_lock.pid()
             );
             while sql_i64(&mut monitor, &blocked_apply) < 1 {

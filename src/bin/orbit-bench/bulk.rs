@@ -99,6 +99,7 @@ fn apply(c: &mut PgConnection, changes: &[Pending]) -> diesel::QueryResult<()> {
                     stored: None,
                 },
             )
+            .map(|c| c.statement())
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?;
