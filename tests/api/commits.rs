@@ -14,6 +14,16 @@ use crate::work::release;
 /// How long a test waits for the state it steers the service into.
 const STEER: Duration = Duration::from_secs(20);
 
+/// An instance whose orbits have one write lane and whose lease cycle takes the
+/// write groups too (no quick writes): what it groups is what the test steers.
+async fn one_lane_no_quick_writes() -> TestApp {
+    TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_writes = false;
+    })
+    .await
+}
+
 /// Waits until `n` writes queue for their next group.
 async fn until_queued(app: &TestApp, n: u64) {
     let deadline = Instant::now() + STEER;
@@ -180,11 +190,7 @@ async fn without_quick_writes_the_lease_cycle_runs_in_write_groups() {
 /// ordinary path does; the rest of the group commits without it.
 #[actix_web::test]
 async fn a_later_write_that_meets_a_held_lock_runs_alone_after_the_group() {
-    let app = TestApp::spawn_with(|c| {
-        c.write_lanes = 1;
-        c.quick_writes = false;
-    })
-    .await;
+    let app = one_lane_no_quick_writes().await;
     let c = crate::work::crew(&app, "held-later", 3).await;
     let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
     let held = crate::work::task(&app, &c.members[1], c.orbit, "held").await;
@@ -294,11 +300,7 @@ async fn a_later_write_that_meets_a_held_lock_runs_alone_after_the_group() {
 /// Released, each is answered once, with its own dense revision.
 #[actix_web::test]
 async fn a_group_takes_the_orbit_row_only_after_every_write_has_run() {
-    let app = TestApp::spawn_with(|c| {
-        c.write_lanes = 1;
-        c.quick_writes = false;
-    })
-    .await;
+    let app = one_lane_no_quick_writes().await;
     let c = crate::work::crew(&app, "applies-last", 17).await;
     let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
     let held = crate::work::task(&app, &c.members[16], c.orbit, "held").await;
@@ -378,11 +380,7 @@ async fn a_group_takes_the_orbit_row_only_after_every_write_has_run() {
 /// task, one revision, ten identical answers.
 #[actix_web::test]
 async fn one_key_sent_ten_times_into_one_group_executes_once() {
-    let app = TestApp::spawn_with(|c| {
-        c.write_lanes = 1;
-        c.quick_writes = false;
-    })
-    .await;
+    let app = one_lane_no_quick_writes().await;
     let c = crate::work::crew(&app, "one-key", 2).await;
     let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
     for m in &c.members {
