@@ -86,6 +86,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
             config.write_lanes as usize,
             group_deadline,
             hints.clone(),
+            crate::domain::auth::token_rows,
         )),
         hints,
         reads,

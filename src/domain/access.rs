@@ -7,7 +7,7 @@ use diesel::PgConnection;
 use crate::db::TxResult;
 use crate::error::ApiError;
 use crate::model::Role;
-use crate::store::orbits::{find, role_of, Orbit};
+use crate::store::orbits::{find, find_with_role, role_of, Orbit};
 
 /// Like `find`, but 404 when absent.
 pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
@@ -21,8 +21,9 @@ pub fn member_orbit(
     reference: &str,
     contributor_id: i64,
 ) -> TxResult<Orbit> {
-    let orbit = resolve(conn, reference)?;
-    require_member(conn, orbit.id, contributor_id)?;
+    let (orbit, role) =
+        find_with_role(conn, reference, contributor_id)?.ok_or(ApiError::not_found("Orbit"))?;
+    member_or_forbidden(role)?;
     Ok(orbit)
 }
 

@@ -55,12 +55,12 @@ pub fn create(
     n: i64,
     body: ApiResult<&CreateAssessment>,
 ) -> TxResult<Reply> {
-    let head =
-        store::peek(conn, contribution_id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
+    let (head, role) = store::peek_as(conn, contribution_id, caller.id())?
+        .ok_or_else(|| ApiError::not_found("Contribution"))?;
     if n < 1 || n > head.revision {
         return Err(ApiError::not_found("Contribution revision").into());
     }
-    access::require_member(conn, head.orbit_id, caller.id())?;
+    access::member_or_forbidden(role)?;
     let value = body?;
     let evidence = value.evidence_contribution_ids.clone().unwrap_or_default();
     if !refs::contributions_in_orbit(conn, head.orbit_id, &evidence)? {

@@ -245,8 +245,9 @@ pub fn revise(
     id: i64,
     body: ApiResult<&ReviseContribution>,
 ) -> TxResult<Reply> {
-    let head = store::peek(conn, id)?.ok_or_else(|| ApiError::not_found("Contribution"))?;
-    access::require_member(conn, head.orbit_id, caller.id())?;
+    let (head, role) = store::peek_as(conn, id, caller.id())?
+        .ok_or_else(|| ApiError::not_found("Contribution"))?;
+    access::member_or_forbidden(role)?;
     if head.author_id != caller.id() {
         return Err(ApiError::forbidden(
             "not_author",

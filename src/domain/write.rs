@@ -275,8 +275,8 @@ where
     let (outcome, applied) = match quick_done {
         Some(done) => done,
         None => {
-            let work: Work<Outcome> = Box::new(move |conn| {
-                let caller = bearer.require(conn, &tokens)?;
+            let work: Work<Outcome> = Box::new(move |conn, token_row| {
+                let caller = bearer.require_read(conn, &tokens, token_row)?;
                 let mut gate = Gate::new(
                     op,
                     key.clone(),

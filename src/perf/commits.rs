@@ -5,7 +5,9 @@
 //! Each write of a busy orbit holds the orbit's row lock (its revision) from its
 //! last statement to the end of its commit's WAL flush; writers of one orbit queue
 //! on that lock one commit at a time. Here the writes queue in [`Lanes`] by the
-//! orbit their token last wrote to (`lanes::Hints`); a group runs each write's own
+//! orbit their token last wrote to (`lanes::Hints`); a group first reads every
+//! write's token row in one statement (each write checks its own,
+//! `Bearer::require_read`), then runs each write's own
 //! unit of work — the same Rust function the ordinary path runs, so every rule keeps
 //! its one owner — under its own `SAVEPOINT` inside one transaction on the lane's
 //! connection, then applies every write's change (its closing, `revision::closing`)
@@ -29,12 +31,13 @@ use std::sync::Arc;
 
 use diesel::connection::{AnsiTransactionManager as Tm, SimpleConnection, TransactionManager};
 use diesel::result::Error as DieselError;
-use diesel::PgConnection;
+use diesel::{PgConnection, QueryResult};
 
 use crate::db::{self, Applied, Closing, PgPool, TxError, TxResult};
 use crate::error::{ApiError, ApiResult};
 use crate::perf::lanes::Hints;
 use crate::perf::lanes::{Lanes, Shape};
+use crate::store::contributors::TokenRow;
 
 /// The most writes in one group: each is a subtransaction, and PostgreSQL keeps up
 /// to 64 of a transaction's subtransactions in its snapshots before it overflows.
@@ -45,8 +48,19 @@ pub const MAX_GROUP: usize = 32;
 const LATER_LOCK_TIMEOUT_MS: u32 = 10;
 
 /// One write's unit of work, as `db::transact_closing` runs it: its value and the
-/// closing statement that applies its change (if any).
-pub type Work<T> = Box<dyn FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)> + Send>;
+/// closing statement that applies its change (if any). It is given its token's row
+/// when its group read it (`None`: it reads the row itself).
+pub type Work<T> =
+    Box<dyn FnMut(&mut PgConnection, Option<TokenRow>) -> TxResult<(T, Option<Closing>)> + Send>;
+
+/// Reads the rows of the tokens `ids` in one statement (`domain::auth::token_rows`).
+pub type ReadTokens = fn(&mut PgConnection, &[i64]) -> QueryResult<Vec<TokenRow>>;
+
+/// A write waiting for its group: the verified token it authenticates with.
+pub struct Queued<T> {
+    token_id: i64,
+    work: Work<T>,
+}
 
 /// A committed write: its value and what its closing statement took (the
 /// revision, and the response body with it filled in).
@@ -54,7 +68,7 @@ pub type Committed<T> = (T, Option<Applied>);
 
 /// The grouped ordinary writes of this instance.
 pub struct Commits<T> {
-    lanes: Arc<Lanes<i64, Work<T>, Committed<T>>>,
+    lanes: Arc<Lanes<i64, Queued<T>, Committed<T>>>,
     hints: Arc<Hints>,
 }
 
@@ -64,6 +78,7 @@ impl<T: Send + 'static> Commits<T> {
         lanes: usize,
         deadline: std::time::Duration,
         hints: Arc<Hints>,
+        read_tokens: ReadTokens,
     ) -> Commits<T> {
         let shape = Shape {
             per_route: lanes,
@@ -72,7 +87,7 @@ impl<T: Send + 'static> Commits<T> {
             skip_abandoned: false,
             what: "grouped write",
         };
-        let run = move |_: &i64, group: &mut [Work<T>]| run_group(&pool, group);
+        let run = move |_: &i64, group: &mut [Queued<T>]| run_group(&pool, read_tokens, group);
         Commits {
             lanes: Arc::new(Lanes::new(shape, Box::new(run))),
             hints,
@@ -104,11 +119,11 @@ impl<T: Send + 'static> Commits<T> {
         &self,
         pool: &PgPool,
         token_id: Option<i64>,
-        work: Work<T>,
+        mut work: Work<T>,
     ) -> ApiResult<Committed<T>> {
-        match token_id.and_then(|t| self.hints.orbit_of(t)) {
-            Some(orbit) => self.lanes.submit(orbit, work).await,
-            None => db::transact_closing(pool, work).await,
+        match token_id.and_then(|t| Some((t, self.hints.orbit_of(t)?))) {
+            Some((token_id, orbit)) => self.lanes.submit(orbit, Queued { token_id, work }).await,
+            None => db::transact_closing(pool, move |conn| work(conn, None)).await,
         }
     }
 }
@@ -124,16 +139,20 @@ enum Step<T> {
 }
 
 /// Runs one group on one pooled connection; one answer per write, in order.
-fn run_group<T>(pool: &PgPool, group: &mut [Work<T>]) -> Vec<ApiResult<Committed<T>>> {
+fn run_group<T>(
+    pool: &PgPool,
+    read_tokens: ReadTokens,
+    group: &mut [Queued<T>],
+) -> Vec<ApiResult<Committed<T>>> {
     let every = |e: ApiError, n: usize| (0..n).map(|_| Err(e.clone())).collect::<Vec<_>>();
     let mut conn = match db::checkout(pool) {
         Ok(conn) => conn,
         Err(e) => return every(e, group.len()),
     };
     if let [one] = group {
-        return vec![db::transact_closing_on(&mut conn, one)];
+        return vec![alone(&mut conn, one)];
     }
-    let steps = match in_one_transaction(&mut conn, group) {
+    let steps = match in_one_transaction(&mut conn, read_tokens, group) {
         Ok(steps) => steps,
         // Nothing of the group committed (or, if the COMMIT itself was lost, maybe
         // all of it): every write is answered as a lost connection is (503; a retry
@@ -146,21 +165,39 @@ fn run_group<T>(pool: &PgPool, group: &mut [Work<T>]) -> Vec<ApiResult<Committed
         .map(|(step, work)| match step {
             Step::Done(done) => Ok(done),
             Step::Failed(e) => Err(e),
-            Step::Alone | Step::Ran(..) => db::transact_closing_on(&mut conn, work),
+            Step::Alone | Step::Ran(..) => alone(&mut conn, work),
         })
         .collect()
 }
 
-/// The group's transaction: each write's work under its savepoint, then every
-/// change applied, then one COMMIT. `Err` when the transaction as a whole failed
-/// (the connection, or the COMMIT).
+/// Runs one write in a transaction of its own, as the ordinary path does.
+fn alone<T>(conn: &mut PgConnection, queued: &mut Queued<T>) -> ApiResult<Committed<T>> {
+    db::transact_closing_on(conn, &mut |conn: &mut PgConnection| {
+        (queued.work)(conn, None)
+    })
+}
+
+/// The group's transaction: its tokens' rows read, each write's work under its
+/// savepoint, then every change applied, then one COMMIT. `Err` when the
+/// transaction as a whole failed (the connection, or the COMMIT).
 fn in_one_transaction<T>(
     conn: &mut PgConnection,
-    group: &mut [Work<T>],
+    read_tokens: ReadTokens,
+    group: &mut [Queued<T>],
 ) -> ApiResult<Vec<Step<T>>> {
     Tm::begin_transaction(conn).map_err(ApiError::from)?;
+    let ids: Vec<i64> = group.iter().map(|q| q.token_id).collect();
+    let rows = match read_tokens(conn, &ids) {
+        Ok(rows) => rows,
+        Err(e) if is_lost(&e) => return Err(abandon(conn, e)),
+        Err(e) => {
+            tracing::warn!(error = %e, "a write group could not read its tokens; running its writes alone");
+            let _ = Tm::rollback_transaction(conn);
+            return Ok(all_alone(group.len()));
+        }
+    };
     let mut steps = Vec::with_capacity(group.len());
-    for (i, work) in group.iter_mut().enumerate() {
+    for (i, queued) in group.iter_mut().enumerate() {
         let enter = match i {
             0 => "SAVEPOINT w".to_owned(),
             // The session's own lock_timeout is kept for the applies.
@@ -174,7 +211,9 @@ fn in_one_transaction<T>(
         if let Err(e) = conn.batch_execute(&enter) {
             return Err(abandon(conn, e));
         }
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)));
+        let row = rows.iter().find(|r| r.id == queued.token_id).cloned();
+        let ran =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (queued.work)(conn, row)));
         let step = match ran {
             Ok(Ok((value, closing))) => Step::Ran(value, closing),
             Ok(Err(e)) => {

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::db::BindNext;
-use crate::model::Cursor;
 use crate::model::{ts, ContributorActor};
+use crate::model::{Cursor, Role};
 use crate::store::rows::{all, by_id, by_ids, ActorA, Id};
 use crate::store::stamp::{split, Stamp, Stamped};
 
@@ -462,8 +462,19 @@ pub struct ContributionHead {
     pub verdicts: VerdictCounts,
 }
 
-const HEAD_SELECT: &str = "SELECT id, orbit_id, author_id, problem_id, task_id, revision, \
-        supports, disputes, inconclusive, needs_work FROM contributions WHERE id = $1";
+/// The columns of a [`ContributionHead`].
+macro_rules! head_columns {
+    () => {
+        "id, orbit_id, author_id, problem_id, task_id, revision, \
+         supports, disputes, inconclusive, needs_work"
+    };
+}
+
+const HEAD_SELECT: &str = concat!(
+    "SELECT ",
+    head_columns!(),
+    " FROM contributions WHERE id = $1"
+);
 
 /// Reads the head without locking (for the 404 and 403 checks before the key claim).
 pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<ContributionHead>> {
@@ -471,6 +482,32 @@ pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Contribution
         .bind::<BigInt, _>(id)
         .get_result(conn)
         .optional()
+}
+
+/// [`peek`] with `contributor_id`'s role in the contribution's orbit (`None`: not a
+/// member), in one statement.
+pub fn peek_as(
+    conn: &mut PgConnection,
+    id: i64,
+    contributor_id: i64,
+) -> QueryResult<Option<(ContributionHead, Option<Role>)>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(embed)]
+        head: ContributionHead,
+        #[diesel(sql_type = Nullable<Text>)]
+        role: Option<String>,
+    }
+    crate::db::sql(concat!(
+        "SELECT ",
+        head_columns!(),
+        ", member_role(orbit_id, $2) AS role FROM contributions WHERE id = $1"
+    ))
+    .bind::<BigInt, _>(id)
+    .bind::<BigInt, _>(contributor_id)
+    .get_result::<Row>(conn)
+    .optional()
+    .map(|row| row.map(|r| (r.head, r.role.as_deref().and_then(Role::parse))))
 }
 
 /// Locks the contribution row (`FOR NO KEY UPDATE`: foreign-key checks of other

@@ -330,7 +330,7 @@ pub fn tokens_with_memberships(
 /// The columns every authenticating query reads: the token, whether its use is due
 /// to be recorded (`token_use_due`, src/db/functions.sql), the database clock and
 /// the token's contributor as `(id, kind, name, model_claim)`.
-#[derive(Queryable)]
+#[derive(Queryable, Clone)]
 pub struct TokenRow {
     pub id: i64,
     pub secret_hash: String,

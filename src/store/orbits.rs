@@ -77,6 +77,39 @@ pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbi
         .map(|o| o.map(to_orbit))
 }
 
+/// Like [`find`], with `contributor_id`'s role in the orbit (`None`: not a member),
+/// in one statement: what a write into an orbit reads first.
+pub fn find_with_role(
+    conn: &mut PgConnection,
+    reference: &str,
+    contributor_id: i64,
+) -> QueryResult<Option<(Orbit, Option<Role>)>> {
+    let member = memberships::table.on(memberships::orbit_id
+        .eq(orbits::id)
+        .and(memberships::contributor_id.eq(contributor_id)));
+    let columns = (
+        OrbitRow::as_select(),
+        actor_columns(),
+        memberships::role.nullable(),
+    );
+    let query = orbits::table
+        .inner_join(contributors::table)
+        .left_join(member)
+        .select(columns);
+    let row = match reference.parse::<i64>() {
+        Ok(id) => query
+            .filter(orbits::id.eq(id))
+            .first::<(OrbitRow, ActorTuple, Option<String>)>(conn),
+        Err(_) => query
+            .filter(orbits::slug.eq(reference))
+            .first::<(OrbitRow, ActorTuple, Option<String>)>(conn),
+    };
+    Ok(row.optional()?.map(|(o, creator, role)| {
+        let role = role.as_deref().and_then(Role::parse);
+        (to_orbit((o, creator)), role)
+    }))
+}
+
 pub fn find_by_id(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Orbit>> {
     orbits::table
         .inner_join(contributors::table)

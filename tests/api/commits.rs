@@ -450,3 +450,93 @@ async fn one_key_sent_ten_times_into_one_group_executes_once() {
         "the first write alone, then the ten"
     );
 }
+
+/// A group reads its writes' tokens in one statement, and each write checks its
+/// own row there as alone: a token revoked after its last use (still verified in
+/// this instance's cache) is refused inside the group with 401 and writes nothing,
+/// while the group's other writes commit with dense revisions.
+#[actix_web::test]
+async fn a_token_revoked_while_cached_is_refused_inside_its_group() {
+    use diesel::connection::SimpleConnection;
+
+    let app = one_lane_no_quick_writes().await;
+    let c = crate::work::crew(&app, "revoked-in-group", 6).await;
+    let path = format!("/api/v1/orbits/{}/tasks", c.orbit);
+    for m in &c.members {
+        // One write each: the token is verified (cached) and has the orbit as hint.
+        crate::work::task(&app, m, c.orbit, "warm").await;
+    }
+    let revoked = &c.members[3];
+    let mut monitor = app.db.conn();
+    monitor
+        .batch_execute(&format!(
+            "UPDATE tokens SET revoked_at = now() WHERE contributor_id = {}",
+            revoked.id
+        ))
+        .unwrap();
+    let revision_before = sql_i64(
+        &mut monitor,
+        &format!("SELECT revision AS n FROM orbits WHERE id = {}", c.orbit),
+    );
+    let [groups_before] = app.metrics(["orbit_write_groups_total"]).await;
+
+    let lock = RowLock::on(&app.db, "orbits", c.orbit, "UPDATE");
+    let first = app.post_keyed(&path, &c.members[0].token, json!({"title": "first"}));
+    let rest = async {
+        until_waiting(&lock, &mut monitor, "the first write").await;
+        let rest = futures::future::join_all(c.members[1..].iter().enumerate().map(|(i, m)| {
+            app.post_keyed(
+                &path,
+                &m.token,
+                json!({"title": format!("grouped {}", i + 1)}),
+            )
+        }));
+        let release = async {
+            until_queued(&app, 5).await;
+            lock.release();
+        };
+        futures::join!(rest, release).0
+    };
+    let (first, rest) = futures::join!(first, rest);
+
+    assert_eq!(first.status, 201, "{}", first.text);
+    for (i, r) in rest.iter().enumerate().map(|(i, r)| (i + 1, r)) {
+        if i == 3 {
+            r.assert_envelope(401);
+            assert!(r.text.contains("revoked"), "{}", r.text);
+        } else {
+            assert_eq!(r.status, 201, "{}", r.text);
+        }
+    }
+    let [groups] = app.metrics(["orbit_write_groups_total"]).await;
+    assert_eq!(
+        groups - groups_before,
+        2,
+        "the first write alone, then the five"
+    );
+    let mut conn = app.db.conn();
+    assert_eq!(
+        sql_i64(
+            &mut conn,
+            &format!(
+                "SELECT count(*) AS n FROM tasks WHERE orbit_id = {} AND created_by = {} \
+                 AND title LIKE 'grouped%'",
+                c.orbit, revoked.id
+            ),
+        ),
+        0
+    );
+    assert_eq!(
+        sql_i64(
+            &mut conn,
+            &format!("SELECT revision AS n FROM orbits WHERE id = {}", c.orbit),
+        ),
+        revision_before + 5,
+        "the first write and the four accepted ones"
+    );
+    // Refused once, the token stays refused (it left the cache).
+    let again = app
+        .post_keyed(&path, &revoked.token, json!({"title": "again"}))
+        .await;
+    assert_eq!(again.status, 401, "{}", again.text);
+}

@@ -267,20 +267,38 @@ impl Caller {
     }
 }
 
-fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option<TokenRow>> {
-    let columns = (
-        tokens::id,
-        tokens::secret_hash,
-        token_use_due(tokens::last_used_at, clock_timestamp()),
-        tokens::revoked_at,
-        clock_timestamp(),
+/// The columns of a [`TokenRow`].
+macro_rules! token_columns {
+    () => {
         (
-            contributors::id,
-            contributors::kind,
-            contributors::name,
-            contributors::model_claim,
-        ),
-    );
+            tokens::id,
+            tokens::secret_hash,
+            token_use_due(tokens::last_used_at, clock_timestamp()),
+            tokens::revoked_at,
+            clock_timestamp(),
+            (
+                contributors::id,
+                contributors::kind,
+                contributors::name,
+                contributors::model_claim,
+            ),
+        )
+    };
+}
+
+/// The rows of the tokens `ids` (those that exist, in no order), in one statement:
+/// a write group reads its writes' tokens so (`perf::commits`), and each write then
+/// checks its own row as [`Bearer::require_read`] does.
+pub fn token_rows(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<TokenRow>> {
+    tokens::table
+        .inner_join(contributors::table)
+        .filter(tokens::id.eq_any(ids))
+        .select(token_columns!())
+        .load(conn)
+}
+
+fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option<TokenRow>> {
+    let columns = token_columns!();
     let base = tokens::table.inner_join(contributors::table);
     match key {
         TokenKey::Id(id) => base
@@ -343,6 +361,24 @@ impl Bearer {
             Ok(fetch_token(conn, key)?.map(|row| (row, ())))
         })?;
         Ok(Some(caller))
+    }
+
+    /// [`Bearer::require`] with the token's row already read in this transaction
+    /// (`token_rows`, by a write group): that row serves when it is the one the
+    /// cache names; otherwise the row is read as `require` reads it. Every check
+    /// (the secret on a miss, revocation, the last-used record) is the same.
+    pub fn require_read(
+        &self,
+        conn: &mut PgConnection,
+        cache: &TokenCache,
+        mut read: Option<TokenRow>,
+    ) -> TxResult<Caller> {
+        let (caller, ()) =
+            self.require_with(conn, cache, |conn, key| match (key, read.take()) {
+                (TokenKey::Id(id), Some(row)) if row.id == id => Ok(Some((row, ()))),
+                (key, _) => Ok(fetch_token(conn, key)?.map(|row| (row, ()))),
+            })?;
+        Ok(caller)
     }
 
     /// Like [`Bearer::require`], for a route that reads its answer in the same
