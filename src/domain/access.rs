@@ -21,8 +21,8 @@ pub fn member_orbit(
     reference: &str,
     contributor_id: i64,
 ) -> TxResult<Orbit> {
-    let (orbit, role) =
-        find_with_role(conn, reference, contributor_id)?.ok_or(ApiError::not_found("Orbit"))?;
+    let (orbit, role) = find_with_role(conn, reference, contributor_id)?
+        .ok_or_else(|| ApiError::not_found("Orbit"))?;
     member_or_forbidden(role)?;
     Ok(orbit)
 }

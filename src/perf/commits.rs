@@ -47,9 +47,9 @@ pub const MAX_GROUP: usize = 32;
 /// is set aside to run alone.
 const LATER_LOCK_TIMEOUT_MS: u32 = 10;
 
-/// One write's unit of work, as `db::transact_closing` runs it: its value and the
-/// closing statement that applies its change (if any). It is given its token's row
-/// when its group read it (`None`: it reads the row itself).
+/// One write's unit of work: its value and the closing statement that applies its
+/// change (if any). It is given its token's row when its group read it (`None`, as
+/// when it runs alone through `db::transact_closing`: it reads the row itself).
 pub type Work<T> =
     Box<dyn FnMut(&mut PgConnection, Option<TokenRow>) -> TxResult<(T, Option<Closing>)> + Send>;
 
@@ -187,7 +187,7 @@ fn in_one_transaction<T>(
 ) -> ApiResult<Vec<Step<T>>> {
     Tm::begin_transaction(conn).map_err(ApiError::from)?;
     let ids: Vec<i64> = group.iter().map(|q| q.token_id).collect();
-    let rows = match read_tokens(conn, &ids) {
+    let mut rows = match read_tokens(conn, &ids) {
         Ok(rows) => rows,
         Err(e) if is_lost(&e) => return Err(abandon(conn, e)),
         Err(e) => {
@@ -215,7 +215,14 @@ fn in_one_transaction<T>(
         let ran =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (queued.work)(conn, row)));
         let step = match ran {
-            Ok(Ok((value, closing))) => Step::Ran(value, closing),
+            Ok(Ok((value, closing))) => {
+                // Its token's use, if due, is recorded now (and kept): a later write
+                // of the same token in this group must not record it again.
+                if let Some(row) = rows.iter_mut().find(|r| r.id == queued.token_id) {
+                    row.use_due = false;
+                }
+                Step::Ran(value, closing)
+            }
             Ok(Err(e)) => {
                 if let Err(lost) = conn.batch_execute("ROLLBACK TO SAVEPOINT w") {
                     return Err(abandon(conn, lost));
