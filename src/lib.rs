@@ -97,6 +97,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         feed_reads: Arc::default(),
         long_polls: Arc::default(),
         search_stats: Arc::default(),
+        webhook_orbits: Arc::default(),
     };
     let webhooks = crate::domain::webhooks::deliver::Engine::start(core.clone());
     AppState {

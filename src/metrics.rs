@@ -63,6 +63,8 @@ pub struct Metrics {
     pub quick_declined: AtomicU64,
     /// Groups of quick writes run (each one statement and one commit).
     pub quick_groups: AtomicU64,
+    /// Claim passes of the webhook delivery engine (`domain::webhooks::deliver`).
+    pub webhook_claim_passes: AtomicU64,
     pub rate_limited: [AtomicU64; 3],
 }
 
@@ -274,6 +276,12 @@ impl Metrics {
             "orbit_quick_write_groups_total",
             "Groups of lease-cycle writes run, each one statement and one commit.",
             self.quick_groups.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "orbit_webhook_claim_passes_total",
+            "Claim passes of the webhook delivery engine: one per sweep, and one per burst of changes in an orbit with an ACTIVE subscription.",
+            self.webhook_claim_passes.load(Ordering::Relaxed),
         );
         let (groups, writes, waiting) = g.write_groups;
         let _ = writeln!(

@@ -68,4 +68,6 @@ pub struct Core {
     pub long_polls: Arc<feed::PollCounts>,
     /// The searched tables' statistics, for how a search reads them.
     pub search_stats: Arc<crate::perf::searchstats::SearchStats>,
+    /// The orbits with an ACTIVE webhook subscription, for the delivery engine.
+    pub webhook_orbits: Arc<webhooks::deliver::WatchedOrbits>,
 }

@@ -241,6 +241,14 @@ pub fn claim(
         .load(conn)
 }
 
+/// The orbits that have an ACTIVE subscription (the engine's watched orbits).
+pub fn watched_orbits(conn: &mut PgConnection) -> QueryResult<Vec<i64>> {
+    let rows: Vec<crate::store::rows::Id> =
+        crate::db::sql("SELECT DISTINCT orbit_id AS id FROM webhooks WHERE status = 'ACTIVE'")
+            .load(conn)?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
 /// One attempt's outcome (`ok` None: only moves over skipped changes).
 pub struct Attempt<'a> {
     pub revision: i64,

@@ -5,8 +5,11 @@
 //! which moves `delivered_through`, schedules the retry with its backoff, or
 //! disables the subscription after the last attempt. No database connection is
 //! held while a request is out. Woken by the change hub (a write on any instance)
-//! and by a periodic sweep (retries that came due, missed wake-ups, claims left
-//! by a killed instance).
+//! in an orbit that has an ACTIVE subscription ([`WatchedOrbits`]: a change in any
+//! other orbit costs no claim), and by a periodic sweep, which claims in every
+//! orbit and reads the watched orbits again (retries that came due, missed
+//! wake-ups, claims left by a killed instance, subscriptions made on another
+//! instance).
 //!
 //! At least once: progress is recorded only after the receiver answered, so an
 //! instance killed mid-request leaves that change to be sent again by whichever
@@ -14,6 +17,7 @@
 //! instance delivers a subscription at a time: every record names the claim
 //! (instance, `claim_seq`) and changes nothing once it was lost.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +25,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use diesel::{PgConnection, QueryResult};
 use serde::Serialize;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::Receiver;
 
 use crate::db::{self, PgPool};
 use crate::domain::webhooks::{matches, parse_url, safety, sign, WebhookOrbit};
@@ -40,6 +46,62 @@ const LINGER: Duration = Duration::from_millis(100);
 const PASS_GAP: Duration = Duration::from_millis(5);
 /// How long the engine waits for deliveries in flight when it stops.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The orbits with an ACTIVE subscription, as this instance last read them: a
+/// change in one of them wakes a claim pass, a change anywhere else does not (an
+/// orbit without subscriptions, most of them, costs the engine nothing per write).
+/// Each sweep reads the set again (so a subscription made on another instance
+/// counts here from this instance's next sweep; the other instance claims it at
+/// once); a subscription created or enabled on this instance is added at once
+/// ([`WatchedOrbits::add`]). An orbit that lost its last subscription stays until
+/// the next sweep: it costs a claim pass that finds nothing, never a missed change.
+#[derive(Default)]
+pub struct WatchedOrbits {
+    inner: Mutex<Watched>,
+}
+
+#[derive(Default)]
+struct Watched {
+    orbits: HashSet<i64>,
+    /// Counts [`WatchedOrbits::add`]: a sweep's read replaces the set only if
+    /// nothing was added while it ran.
+    added: u64,
+}
+
+impl WatchedOrbits {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A subscription of `orbit` was created or enabled on this instance. (If its
+    /// transaction then rolls back, the entry costs claim passes until the next
+    /// sweep.)
+    pub fn add(&self, orbit: i64) {
+        let mut w = self.lock();
+        w.orbits.insert(orbit);
+        w.added += 1;
+    }
+
+    fn contains(&self, orbit: i64) -> bool {
+        self.lock().orbits.contains(&orbit)
+    }
+
+    /// The mark a sweep takes before it reads the set from the database.
+    fn mark(&self) -> u64 {
+        self.lock().added
+    }
+
+    /// The set as a sweep read it, which began at `mark`: replaces this one, or is
+    /// added to it when an orbit was added meanwhile (the read may predate it).
+    fn replace(&self, read: Vec<i64>, mark: u64) {
+        let mut w = self.lock();
+        if w.added == mark {
+            w.orbits = read.into_iter().collect();
+        } else {
+            w.orbits.extend(read);
+        }
+    }
+}
 
 /// What one delivery POSTs: `{"type", "timestamp", "data": Change + {"orbit"}}`.
 #[derive(Serialize)]
@@ -193,43 +255,94 @@ fn client(s: &Settings) -> reqwest::Client {
 async fn engine_loop(ctx: Arc<Ctx>) {
     let http = client(&ctx.settings);
     let mut changes = ctx.core.hub.subscribe();
+    let mut next_sweep = tokio::time::Instant::now();
     while !ctx.stopping() {
+        let sweep = tokio::time::Instant::now() >= next_sweep;
+        if sweep {
+            next_sweep = tokio::time::Instant::now() + ctx.settings.sweep;
+        }
+        claim_pass(&ctx, &http, sweep).await;
         let last_pass = Instant::now();
-        let free = MAX_RUNNING.saturating_sub(ctx.running.load(Ordering::Relaxed));
-        if free > 0 {
-            let (instance, lease) = (ctx.instance.clone(), ctx.settings.lease_ms);
-            match blocking(&ctx.core.pool, move |c| {
-                store::claim(c, &instance, free as i32, lease)
-            })
-            .await
-            {
-                Ok(claimed) => {
-                    for c in claimed {
-                        ctx.running.fetch_add(1, Ordering::Relaxed);
-                        tokio::spawn(run_claim(ctx.clone(), http.clone(), c));
+        // Until a reason to claim: a change in a watched orbit, the end of a
+        // delivery (or the stop), the sweep.
+        loop {
+            tokio::select! {
+                first = changes.recv() => {
+                    if watched_change(&ctx, first, &mut changes) {
+                        // Under a stream of writes, one pass per few milliseconds
+                        // covers them all (a subscription being delivered picks up
+                        // its own new changes without a pass).
+                        let since = last_pass.elapsed();
+                        if since < PASS_GAP {
+                            tokio::time::sleep(PASS_GAP - since).await;
+                        }
+                        while changes.try_recv().is_ok() {}
+                        break;
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "webhook claim pass failed; retrying"),
+                _ = ctx.wake.notified() => break,
+                _ = tokio::time::sleep_until(next_sweep) => break,
             }
-        }
-        tokio::select! {
-            _ = changes.recv() => {
-                // Under a stream of writes, one pass per few milliseconds covers
-                // them all (a subscription being delivered picks up its own new
-                // changes without a pass).
-                let since = last_pass.elapsed();
-                if since < PASS_GAP {
-                    tokio::time::sleep(PASS_GAP - since).await;
-                }
-                while changes.try_recv().is_ok() {}
-            }
-            _ = ctx.wake.notified() => {}
-            _ = tokio::time::sleep(ctx.settings.sweep) => {}
         }
     }
     let deadline = Instant::now() + STOP_GRACE;
     while ctx.running.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether the hub's news (`first`, then whatever else is queued) names a watched
+/// orbit. Missed news (the receiver lagged) or a closed hub count as yes.
+fn watched_change(ctx: &Ctx, first: Result<i64, RecvError>, changes: &mut Receiver<i64>) -> bool {
+    let watched = &ctx.core.webhook_orbits;
+    let mut any = first.map_or(true, |orbit| watched.contains(orbit));
+    loop {
+        match changes.try_recv() {
+            Ok(orbit) => any = any || watched.contains(orbit),
+            Err(TryRecvError::Empty) => return any,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Claims what this instance has room for and starts delivering it; a sweep also
+/// reads the watched orbits again, in the same blocking hop.
+async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
+    let free = MAX_RUNNING.saturating_sub(ctx.running.load(Ordering::Relaxed));
+    if free == 0 && !sweep {
+        return;
+    }
+    let mark = ctx.core.webhook_orbits.mark();
+    let (instance, lease) = (ctx.instance.clone(), ctx.settings.lease_ms);
+    ctx.core
+        .metrics
+        .webhook_claim_passes
+        .fetch_add(1, Ordering::Relaxed);
+    let pass = blocking(&ctx.core.pool, move |c| {
+        let claimed = if free > 0 {
+            store::claim(c, &instance, free as i32, lease)?
+        } else {
+            Vec::new()
+        };
+        let watched = if sweep {
+            Some(store::watched_orbits(c)?)
+        } else {
+            None
+        };
+        Ok((claimed, watched))
+    })
+    .await;
+    match pass {
+        Ok((claimed, watched)) => {
+            if let Some(read) = watched {
+                ctx.core.webhook_orbits.replace(read, mark);
+            }
+            for c in claimed {
+                ctx.running.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(run_claim(ctx.clone(), http.clone(), c));
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "webhook claim pass failed; retrying"),
     }
 }
 
@@ -327,7 +440,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
 
 /// Waits at most [`LINGER`] for a wake-up of `orbit` (or of every orbit); false
 /// when none came.
-async fn next_change(hub: &mut tokio::sync::broadcast::Receiver<i64>, orbit: i64) -> bool {
+async fn next_change(hub: &mut Receiver<i64>, orbit: i64) -> bool {
     use tokio::sync::broadcast::error::RecvError;
     let wait = async {
         loop {

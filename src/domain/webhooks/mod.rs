@@ -280,6 +280,7 @@ pub async fn create(
     canonical: String,
 ) -> ApiResult<Written> {
     let allow_private = core.config.webhook_allow_private;
+    let watched = core.webhook_orbits.clone();
     // A body that passed its checks has a parsed URL: its check has a result, so
     // an unchecked URL can never be written.
     let safety = match body.as_ref().ok().map(|b| parse_url(&b.url)) {
@@ -336,6 +337,7 @@ pub async fn create(
                 value.description.as_deref().unwrap_or(""),
                 &secret,
             )?;
+            watched.add(orbit.id);
             Reply::new(
                 actix_web::http::StatusCode::CREATED,
                 &Webhook::of(row, Some(secret)),
@@ -406,7 +408,9 @@ pub async fn enable(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Webhook> 
     })
     .await?;
     if changed {
-        // Wakes the delivery engines of every instance (the sweep would, later).
+        // Wakes this instance's delivery engine, and the others' if they watch the
+        // orbit (otherwise their next sweep claims it).
+        core.webhook_orbits.add(row.orbit_id);
         core.hub.publish(row.orbit_id);
     }
     Ok(Webhook::of(row, None))

@@ -2,8 +2,8 @@
 //! receiver (`orbit_commons::testkit::receiver`): signatures verified as a receiver would, revision
 //! order, the kinds filter, retries with the same `webhook-id` after a 5xx and a
 //! timeout, disabling and enabling, another contributor's 404, a subscription
-//! deleted mid-delivery, URL safety, the limit and idempotent creation. The crash
-//! test is in `reliability::webhooks`.
+//! deleted mid-delivery, URL safety, the limit, idempotent creation, and which
+//! changes wake a claim pass. The crash test is in `reliability::webhooks`.
 
 use std::time::Duration;
 
@@ -587,4 +587,60 @@ async fn a_subscription_deleted_while_a_delivery_is_in_flight_gets_nothing_more(
         sql_i64(&mut conn, "SELECT count(*) AS n FROM webhook_deliveries"),
         0
     );
+}
+
+/// Changes in an orbit without a subscription wake no claim pass (only the sweep,
+/// once a second here, claims); changes in a subscribed orbit do, at once, on the
+/// instance where the subscription was made.
+#[tokio::test]
+async fn only_changes_in_an_orbit_with_a_subscription_wake_a_claim_pass() {
+    // A retry base of 5 s makes the sweep its longest: once a second.
+    let app = app_with(|c| c.webhook_retry_base_ms = 5000).await;
+    let rx = Receiver::start().expect("start the webhook receiver");
+    let owner = app.agent("owner").await;
+    let quiet = app.orbit(&owner, "unwatched").await;
+    let hooked = app.orbit(&owner, "watched").await;
+    let passes = || app.metrics(["orbit_webhook_claim_passes_total"]);
+    let twenty_writes = |orbit: i64| {
+        let (app, owner) = (&app, &owner);
+        async move {
+            let mut last = 0;
+            for n in 0..20 {
+                last = write(app, owner, orbit, n).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            last
+        }
+    };
+
+    let [before] = passes().await;
+    let started = std::time::Instant::now();
+    twenty_writes(quiet).await;
+    let [after] = passes().await;
+    let sweeps = started.elapsed().as_secs() + 2;
+    assert!(
+        after - before <= sweeps,
+        "20 changes in an orbit without subscriptions ran {} claim passes in {:?}",
+        after - before,
+        started.elapsed()
+    );
+
+    let hook = subscribe(&app, &owner, json!({"orbit": "watched", "url": rx.url})).await;
+    let id = hook["id"].as_i64().unwrap();
+    let [before] = passes().await;
+    let started = std::time::Instant::now();
+    let last = twenty_writes(hooked).await;
+    let [after] = passes().await;
+    assert!(
+        after - before > started.elapsed().as_secs() + 2,
+        "20 changes in a subscribed orbit ran only {} claim passes in {:?}",
+        after - before,
+        started.elapsed()
+    );
+    wait_webhook(&app, &owner, id, |w| w["delivered_through"] == last).await;
+    let got = rx
+        .wait_for(WAIT, |g| g.len() >= 20)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got.len(), 20, "{got:?}");
 }
