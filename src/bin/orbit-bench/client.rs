@@ -77,16 +77,10 @@ impl Conn {
         }
     }
 
-    /// Sends one request and reads its response; the flag says whether the
-    /// connection can carry another request.
-    pub async fn round_trip(&mut self, request: &[u8]) -> Result<(Resp, bool), Fail> {
-        use tokio::io::AsyncWriteExt as _;
-        self.buf.clear();
-        if let Err(e) = self.stream.write_all(request).await {
-            return Err(Fail::Stale(format!("transport: {e}")));
-        }
-        // The head.
-        let (status, head_len, length, chunked, mut keep, replayed) = loop {
+    /// Reads a response's head into the buffer (the body's first bytes may follow
+    /// it there).
+    pub async fn read_head(&mut self) -> Result<Head, Fail> {
+        loop {
             match self.fill().await {
                 Ok(true) => {}
                 Ok(false) if self.buf.is_empty() => {
@@ -100,62 +94,67 @@ impl Conn {
             }
             let mut headers = [httparse::EMPTY_HEADER; 48];
             let mut parsed = httparse::Response::new(&mut headers);
-            let head_len = match parsed.parse(&self.buf) {
+            let len = match parsed.parse(&self.buf) {
                 Ok(httparse::Status::Complete(n)) => n,
                 Ok(httparse::Status::Partial) => continue,
                 Err(e) => return Err(Fail::Broken(format!("transport: bad response: {e}"))),
             };
-            let status = parsed.code.unwrap_or(0);
-            let mut length = None;
-            let mut chunked = false;
-            let mut keep = parsed.version == Some(1);
-            let mut replayed = false;
+            let mut head = Head {
+                status: parsed.code.unwrap_or(0),
+                len,
+                length: None,
+                chunked: false,
+                keep: parsed.version == Some(1),
+                replayed: false,
+            };
             for h in parsed.headers.iter() {
                 let value = std::str::from_utf8(h.value).unwrap_or("").trim();
                 if h.name.eq_ignore_ascii_case("content-length") {
-                    length = value.parse::<usize>().ok();
+                    head.length = value.parse::<usize>().ok();
                 } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                    chunked = value.eq_ignore_ascii_case("chunked");
+                    head.chunked = value.eq_ignore_ascii_case("chunked");
                 } else if h.name.eq_ignore_ascii_case("connection") {
-                    keep = !value.eq_ignore_ascii_case("close");
+                    head.keep = !value.eq_ignore_ascii_case("close");
                 } else if h.name.eq_ignore_ascii_case("idempotency-replayed") {
-                    replayed = true;
+                    head.replayed = true;
                 }
             }
-            break (status, head_len, length, chunked, keep, replayed);
-        };
+            return Ok(head);
+        }
+    }
+
+    /// Sends one request and reads its response; the flag says whether the
+    /// connection can carry another request.
+    pub async fn round_trip(&mut self, request: &[u8]) -> Result<(Resp, bool), Fail> {
+        use tokio::io::AsyncWriteExt as _;
+        self.buf.clear();
+        if let Err(e) = self.stream.write_all(request).await {
+            return Err(Fail::Stale(format!("transport: {e}")));
+        }
+        let Head {
+            status,
+            len: head_len,
+            length,
+            chunked,
+            mut keep,
+            replayed,
+        } = self.read_head().await?;
         let broken = |e: String| Fail::Broken(format!("transport: {e}"));
         // The body.
         let body = if status == 204 || status == 304 || (100..200).contains(&status) {
             Vec::new()
         } else if chunked {
             let mut body = Vec::new();
+            let mut chunks = Chunks::default();
             let mut at = head_len;
             loop {
-                let line_end = loop {
-                    if let Some(i) = self.buf[at..].windows(2).position(|w| w == b"\r\n") {
-                        break at + i;
-                    }
-                    if !self.fill().await.map_err(broken)? {
-                        return Err(broken("closed mid-chunk".into()));
-                    }
-                };
-                let size_text = std::str::from_utf8(&self.buf[at..line_end]).unwrap_or("");
-                let size_text = size_text.split(';').next().unwrap_or("").trim();
-                let size = usize::from_str_radix(size_text, 16)
-                    .map_err(|_| broken(format!("bad chunk size {size_text:?}")))?;
-                let data = line_end + 2;
-                // A chunk, or the last (empty) chunk and the final CRLF.
-                while self.buf.len() < data + size + 2 {
-                    if !self.fill().await.map_err(broken)? {
-                        return Err(broken("closed mid-chunk".into()));
-                    }
-                }
-                if size == 0 {
+                at += chunks.decode(&self.buf[at..], &mut body).map_err(broken)?;
+                if chunks.ended() {
                     break;
                 }
-                body.extend_from_slice(&self.buf[data..data + size]);
-                at = data + size + 2;
+                if !self.fill().await.map_err(broken)? {
+                    return Err(broken("closed mid-chunk".into()));
+                }
             }
             body
         } else if let Some(n) = length {
@@ -179,6 +178,74 @@ impl Conn {
             },
             keep,
         ))
+    }
+}
+
+/// A response's head: its status, its length in the buffer, and what it says of
+/// the body and the connection.
+pub struct Head {
+    pub status: u16,
+    pub len: usize,
+    pub length: Option<usize>,
+    pub chunked: bool,
+    pub keep: bool,
+    pub replayed: bool,
+}
+
+/// A chunked body's decoder, fed whatever bytes have arrived: it keeps its place
+/// between calls, so a chunk may be split anywhere.
+#[derive(Default)]
+pub struct Chunks {
+    /// Data bytes of the current chunk still to come.
+    left: usize,
+    /// Bytes of the CRLF after a chunk's data still to skip.
+    skip: usize,
+    /// The last (empty) chunk's size line was read.
+    last: bool,
+}
+
+impl Chunks {
+    /// Appends the data in `raw` to `out`; how many bytes of `raw` it used (the
+    /// rest is an incomplete size line: call again with more behind it).
+    pub fn decode(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
+        let mut at = 0;
+        while at < raw.len() && !self.ended() {
+            if self.left > 0 {
+                let n = self.left.min(raw.len() - at);
+                out.extend_from_slice(&raw[at..at + n]);
+                at += n;
+                self.left -= n;
+                if self.left == 0 {
+                    self.skip = 2;
+                }
+            } else if self.skip > 0 {
+                let n = self.skip.min(raw.len() - at);
+                at += n;
+                self.skip -= n;
+            } else {
+                let Some(nl) = memchr::memchr(b'\n', &raw[at..]) else {
+                    break;
+                };
+                let line = std::str::from_utf8(&raw[at..at + nl]).unwrap_or("");
+                let text = line.split(';').next().unwrap_or("").trim();
+                let size = usize::from_str_radix(text, 16)
+                    .map_err(|_| format!("bad chunk size {text:?}"))?;
+                at += nl + 1;
+                if size == 0 {
+                    // The final CRLF (no trailers are sent).
+                    self.last = true;
+                    self.skip = 2;
+                } else {
+                    self.left = size;
+                }
+            }
+        }
+        Ok(at)
+    }
+
+    /// The body is complete.
+    pub fn ended(&self) -> bool {
+        self.last && self.skip == 0
     }
 }
 
@@ -427,5 +494,33 @@ impl Api {
             read("orbit_token_cache_hits_total")?,
             read("orbit_token_cache_misses_total")?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Chunks;
+
+    /// A chunked body decodes the same however its bytes are split on arrival,
+    /// and the decoder stops after the last chunk's final CRLF.
+    #[test]
+    fn chunks_decode_across_any_split() {
+        let wire: &[u8] =
+            b"6\r\n: ok\n\n\r\n19;x=y\r\nid: 7\nevent: e\ndata: {}\n\n\r\n0\r\n\r\nNEXT";
+        let body = b": ok\n\nid: 7\nevent: e\ndata: {}\n\n".to_vec();
+        for split in 0..wire.len() {
+            let (mut chunks, mut out) = (Chunks::default(), Vec::new());
+            let mut raw = wire[..split].to_vec();
+            let used = chunks.decode(&raw, &mut out).unwrap();
+            raw.drain(..used);
+            raw.extend_from_slice(&wire[split..]);
+            let used = chunks.decode(&raw, &mut out).unwrap();
+            assert!(chunks.ended(), "split at {split}");
+            assert_eq!(out, body, "split at {split}");
+            assert_eq!(&raw[used..], b"NEXT", "split at {split}");
+        }
+        assert!(Chunks::default()
+            .decode(b"zz\r\n", &mut Vec::new())
+            .is_err());
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::client::{Api, Resp};
+use crate::client::{Api, Chunks, Conn, Fail, Resp};
 use crate::report::memory_kib;
 use crate::scenarios::clients::lease_cycle_client;
 use crate::scenarios::measure::{measure_in, Rec, RunCfg, Window};
@@ -220,22 +220,63 @@ fn parse_events(buf: &mut Vec<u8>, ids: &mut Vec<i64>) -> bool {
     ending
 }
 
-async fn open(
-    http: &reqwest::Client,
-    url: &str,
-    last: Option<i64>,
-) -> Result<reqwest::Response, String> {
-    let mut req = http.get(url);
+/// An open stream: its connection, with the response's head already read.
+struct Stream {
+    conn: Conn,
+    chunks: Chunks,
+}
+
+/// Opens the stream `path` on `addr` with a request of its own (the load
+/// generator's lean client, as for the writers: reading 1,000 streams through a
+/// general-purpose client cost the machine as much again as the reading itself).
+async fn open(addr: &str, path: &str, last: Option<i64>) -> Result<Stream, String> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut conn = Conn::open(addr)
+        .await
+        .map_err(|e| format!("events: open: {e}"))?;
+    let mut request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
     if let Some(id) = last {
-        req = req.header("Last-Event-ID", id.to_string());
+        request.push_str(&format!("Last-Event-ID: {id}\r\n"));
     }
-    let resp = req.send().await.map_err(|e| format!("events: open: {e}"))?;
-    if resp.status() != 200 {
-        let status = resp.status();
-        let body = resp.text().await.unwrap_or_default();
-        return Err(format!("events: open: {status}: {body}"));
+    request.push_str("\r\n");
+    conn.stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("events: open: {e}"))?;
+    let head = match conn.read_head().await {
+        Ok(h) => h,
+        Err(Fail::Broken(e) | Fail::Stale(e)) => return Err(format!("events: open: {e}")),
+    };
+    if head.status != 200 || !head.chunked {
+        let body = String::from_utf8_lossy(&conn.buf[head.len..]).into_owned();
+        return Err(format!("events: open: {}: {body}", head.status));
     }
-    Ok(resp)
+    conn.buf.drain(..head.len);
+    Ok(Stream {
+        conn,
+        chunks: Chunks::default(),
+    })
+}
+
+impl Stream {
+    /// Waits for more of the stream and appends its data to `out`; false when the
+    /// stream ended.
+    async fn read(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+        loop {
+            let used = self.chunks.decode(&self.conn.buf, out)?;
+            self.conn.buf.drain(..used);
+            if self.chunks.ended() {
+                return Ok(false);
+            }
+            if used > 0 {
+                return Ok(true);
+            }
+            if !self.conn.fill().await? {
+                return Ok(false);
+            }
+        }
+    }
 }
 
 /// The readers' runtime, shut down without waiting when the row ends (a runtime
@@ -259,30 +300,29 @@ impl Drop for ReadersRuntime {
     }
 }
 
-/// One subscriber: reads its stream chunk by chunk until `stop`, reopening it
+/// One subscriber: reads its stream as it arrives until `stop`, reopening it
 /// with `Last-Event-ID` when the server ends it.
 async fn subscriber(
     i: usize,
-    http: reqwest::Client,
-    url: String,
-    mut resp: reqwest::Response,
+    addr: String,
+    path: String,
+    mut stream: Stream,
     from: i64,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut buf = Vec::with_capacity(4096);
+    let mut buf = Vec::with_capacity(64 * 1024);
     let mut ids = Vec::new();
     let mut pending = Vec::new();
     let mut last = Some(from);
     'streams: loop {
         loop {
-            let chunk = tokio::select! {
+            let read = tokio::select! {
                 _ = stop.changed() => break 'streams,
-                c = resp.chunk() => c,
+                r = stream.read(&mut buf) => r,
             };
             let at = Instant::now();
-            let Ok(Some(chunk)) = chunk else { break };
-            buf.extend_from_slice(&chunk);
+            let Ok(true) = read else { break };
             ids.clear();
             let ending = parse_events(&mut buf, &mut ids);
             if let Some(rev) = ids.last() {
@@ -301,9 +341,9 @@ async fn subscriber(
                 break 'streams;
             }
             shared.reconnects.fetch_add(1, Relaxed);
-            match open(&http, &url, last).await {
-                Ok(r) => {
-                    resp = r;
+            match open(&addr, &path, last).await {
+                Ok(s) => {
+                    stream = s;
                     break;
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -352,12 +392,8 @@ pub async fn run(
 ) -> Result<Rec, String> {
     let orbit = world.hot_orbit.ok_or("events: no hot orbit")?;
     let subscribers = if shape == WITH { cfg.subscribers } else { 0 };
-    let url = format!("http://{}/api/v1/orbits/{orbit}/events", api.addr());
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(0)
-        .build()
-        .map_err(|e| format!("events: client: {e}"))?;
+    let path = format!("/api/v1/orbits/{orbit}/events");
+    let addr = api.addr().to_owned();
 
     // Open every stream before the writers start, from the orbit's revision now:
     // a 200 means the stream has joined the orbit's tail, so it gets every later
@@ -382,9 +418,9 @@ pub async fn run(
     let mut next = 0;
     while next < subscribers || !set.is_empty() {
         while next < subscribers && set.len() < 32 {
-            let (http, url, i) = (http.clone(), url.clone(), next);
+            let (addr, path, i) = (addr.clone(), path.clone(), next);
             set.spawn_on(
-                async move { (i, open(&http, &url, Some(from)).await) },
+                async move { (i, open(&addr, &path, Some(from)).await) },
                 &on_readers,
             );
             next += 1;
@@ -411,8 +447,8 @@ pub async fn run(
         .map(|(i, resp)| {
             on_readers.spawn(subscriber(
                 i,
-                http.clone(),
-                url.clone(),
+                addr.clone(),
+                path.clone(),
                 resp,
                 from,
                 shared.clone(),
