@@ -219,9 +219,12 @@ impl Chunks {
                     self.skip = 2;
                 }
             } else if self.skip > 0 {
-                let n = self.skip.min(raw.len() - at);
-                at += n;
-                self.skip -= n;
+                // The CRLF after a chunk's data: its next byte is `\r` or `\n`.
+                if raw[at] != b"\r\n"[2 - self.skip] {
+                    return Err("no CRLF after a chunk".into());
+                }
+                at += 1;
+                self.skip -= 1;
             } else {
                 let Some(nl) = memchr::memchr(b'\n', &raw[at..]) else {
                     break;
@@ -521,6 +524,9 @@ mod tests {
         }
         assert!(Chunks::default()
             .decode(b"zz\r\n", &mut Vec::new())
+            .is_err());
+        assert!(Chunks::default()
+            .decode(b"1\r\nab\r\n", &mut Vec::new())
             .is_err());
     }
 }
