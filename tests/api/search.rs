@@ -857,4 +857,15 @@ async fn every_access_finds_the_same_newest_matches_and_the_statistics_pick_by_f
             assert_eq!(got, want, "{q} in {orbit:?} over HTTP");
         }
     }
+    // `Bitmap` everywhere ran under a forced generic plan; the setting ended with
+    // its statement's transaction, so the connection plans as before.
+    #[derive(diesel::QueryableByName)]
+    struct Mode {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        mode: String,
+    }
+    let m: Mode = diesel::sql_query("SELECT current_setting('plan_cache_mode') AS mode")
+        .get_result(&mut conn)
+        .expect("plan_cache_mode");
+    assert_eq!(m.mode, "auto");
 }

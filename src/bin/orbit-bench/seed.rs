@@ -343,9 +343,13 @@ impl Seeder<'_> {
                 Some(bulk) => {
                     eprintln!("seeding: the search data set (1,000,000 contributions, 100,000 memory records)");
                     let url = bulk.url.clone();
-                    tokio::task::spawn_blocking(move || crate::search::seed(&Bulk { url }))
-                        .await
-                        .map_err(|e| e.to_string())??;
+                    let loaded =
+                        tokio::task::spawn_blocking(move || crate::search::seed(&Bulk { url }))
+                            .await
+                            .map_err(|e| e.to_string())??;
+                    if !loaded {
+                        eprintln!("seeding: the search data set is in the database already");
+                    }
                     world.search_seeded = true;
                 }
                 None => world.notes.push(
