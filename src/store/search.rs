@@ -67,6 +67,12 @@ impl Kind {
         self as usize
     }
 
+    /// Whether the kind's table has a BRIN index on `id` (migration 26), which the
+    /// [`Access::Recent`] way needs: the big ones.
+    pub fn has_id_ranges(self) -> bool {
+        matches!(self, Kind::Contribution | Kind::Memory)
+    }
+
     pub fn table(self) -> &'static str {
         match self {
             Kind::Contribution => "contributions",
@@ -163,6 +169,13 @@ pub enum Access {
     /// In an orbit: the word's GIN entries intersected with the orbit's index
     /// entries, then the newest of the rows in both (PostgreSQL picks how).
     Both,
+    /// The GIN index's matches among the newest `span` ids only (the kind's BRIN
+    /// index on `id` bounds them, intersected with the word's entries), then, if
+    /// those held fewer than the window, the older matches too: for words of
+    /// middle frequency, of which fetching every match and walking both read
+    /// thousands of rows. Only for the kinds with that index
+    /// ([`Kind::has_id_ranges`]). In an orbit, the orbit is a filter on those rows.
+    Recent { span: i64 },
     /// No statistics to decide from: PostgreSQL's planner chooses, with the window.
     Planner,
 }
@@ -197,7 +210,8 @@ impl Candidates {
 /// `orbit` when given; for a phrase, among [`PHRASE_CANDIDATES`]) are ranked, and
 /// only those, found the way `access` says for the kind (every way finds the same
 /// rows). The statement's shape depends on `kinds`, each one's access, `orbit` and
-/// `after` alone; every value is bound.
+/// `after` alone; every value of the request is bound (a [`Access::Recent`] span,
+/// a number the service computed, is written in).
 #[allow(clippy::too_many_arguments)]
 pub fn ranked(
     conn: &mut PgConnection,
@@ -346,6 +360,33 @@ fn newest(kind: Kind, access: Access, matching: &str, orbit: bool, window: i64) 
              WHERE t.search @@ {matching}::tsquery AND t.id <= ${bound} AND t.orbit_id = $6 \
              OFFSET 0) t {order}"
         ),
+        (Access::Recent { span }, _) => {
+            // The newest `span` ids first; the older rows only when those held
+            // fewer than `window` matches (a `LIMIT` of 0 never runs its scan).
+            let in_orbit = if orbit {
+                " AND t.orbit_id + 0 = $6"
+            } else {
+                ""
+            };
+            let fetch = |range: String, limit: String| {
+                format!(
+                    "SELECT t.id, t.doc FROM (SELECT t.id, t.search AS doc FROM {table} t \
+                     WHERE t.search @@ {matching}::tsquery AND {range}{in_orbit} OFFSET 0) t \
+                     ORDER BY t.id DESC LIMIT {limit}"
+                )
+            };
+            format!(
+                "WITH n AS MATERIALIZED ({}) SELECT n.id, n.doc FROM n UNION ALL ({})",
+                fetch(
+                    format!("t.id > ${bound} - {span} AND t.id + 0 <= ${bound}"),
+                    window.to_string()
+                ),
+                fetch(
+                    format!("t.id + 0 <= ${bound} - {span}"),
+                    format!("({window} - (SELECT count(*) FROM n))")
+                ),
+            )
+        }
         (Access::Planner, _) => format!(
             "SELECT t.id, t.search AS doc FROM {table} t \
              WHERE t.search @@ {matching}::tsquery AND t.id <= ${bound}{} {order}",

@@ -26,6 +26,14 @@ const BITMAP_ROW: f64 = 3.0;
 const WALK_ROW: f64 = 0.5;
 const ORBIT_WALK_ROW: f64 = 1.5;
 const INDEX_ENTRY: f64 = 0.3;
+/// A row of the table, for the scan of its whole BRIN index on `id` that the
+/// `Recent` access makes (one summary per 4 pages).
+const RANGE_ROW: f64 = 0.002;
+
+/// The `Recent` access's ids span: this many times the ids expected to hold the
+/// window's matches, so that a word spread evenly over time fills the window from
+/// the span alone (about this many windows of rows fetched).
+const RECENT_MARGIN: f64 = 3.0;
 
 /// What `ANALYZE` knows of one searched table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -70,10 +78,22 @@ impl Statistics {
         let bitmap = matches * BITMAP_ROW;
         match orbit {
             None => {
-                if walked(n) * WALK_ROW < bitmap {
-                    Access::Walk
-                } else {
-                    Access::Bitmap
+                let walk = walked(n) * WALK_ROW;
+                // The newest ids that should hold the window's matches a few times
+                // over: only their matches are fetched (the word's entries are
+                // still all read).
+                let span = if f > 0.0 { RECENT_MARGIN * w / f } else { n };
+                let recent = (span < n && kind.has_id_ranges()).then(|| {
+                    matches * INDEX_ENTRY
+                        + n * RANGE_ROW
+                        + (RECENT_MARGIN * w).min(matches) * BITMAP_ROW
+                });
+                match recent {
+                    Some(r) if r < walk && r < bitmap => Access::Recent {
+                        span: span.ceil() as i64,
+                    },
+                    _ if walk < bitmap => Access::Walk,
+                    _ => Access::Bitmap,
                 }
             }
             Some(o) => {
@@ -336,11 +356,20 @@ mod tests {
             kinds: [Some(stats()), None, None, None],
         };
         let a = |q: &str, orbit: Option<i64>| s.access(Kind::Contribution, q, orbit, 200);
-        // Across every orbit: a few matches are fetched, many are walked.
+        // Across every orbit: a few matches are fetched, a middle word's among
+        // the newest rows only, many are walked.
         assert_eq!(a("'rare'", None), Access::Bitmap);
-        assert_eq!(a("'middle'", None), Access::Bitmap);
+        assert_eq!(a("'middle'", None), Access::Recent { span: 200_000 });
         assert_eq!(a("'tenth'", None), Access::Walk);
         assert_eq!(a("!'tenth'", None), Access::Walk);
+        // A kind without the BRIN index on `id` fetches the middle word's matches.
+        let tasks = Statistics {
+            kinds: [None, None, None, Some(stats())],
+        };
+        assert_eq!(
+            tasks.access(Kind::Task, "'middle'", None, 200),
+            Access::Bitmap
+        );
         // In a small orbit (1% of the rows): rare fetched, middle intersected,
         // common walked; in a big one, a middle word is walked.
         assert_eq!(a("'rare'", Some(7)), Access::Bitmap);

@@ -786,7 +786,16 @@ async fn every_access_finds_the_same_newest_matches_and_the_statistics_pick_by_f
     assert_eq!(pick("'scarc'", Some(a.orbit)), Access::Bitmap);
 
     let bounds = store::max_ids(&mut conn).expect("bounds");
-    let all = [Access::Planner, Access::Bitmap, Access::Walk, Access::Both];
+    // `Recent` over a span too short for the window (the older matches are
+    // fetched after it) and over every row.
+    let all = [
+        Access::Planner,
+        Access::Bitmap,
+        Access::Walk,
+        Access::Both,
+        Access::Recent { span: 40 },
+        Access::Recent { span: 1_000_000 },
+    ];
     for q in [
         "plenty",
         "middling",
