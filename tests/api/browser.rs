@@ -235,8 +235,97 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // The session first: chromedriver then quits its Chromium. Killing
+        // chromedriver alone left the browser running, orphaned, after every test.
+        end_session(self.port, &self.session);
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+    }
+}
+
+/// `DELETE /session/{id}` on the chromedriver at `port`, blocking (a `Drop` cannot
+/// await), answered once chromedriver has quit the browser; bounded by timeouts.
+fn end_session(port: u16, session: &str) {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return;
+    };
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(15)));
+    let request = format!(
+        "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    if stream.write_all(request.as_bytes()).is_ok() {
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+    }
+}
+
+/// The processes descended from `pid` now, from `/proc`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        let mut fields = after.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        if let Some(ppid) = fields.next().and_then(|p| p.parse::<u32>().ok()) {
+            if state != "Z" {
+                parent_of.push((child, ppid));
+            }
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+            after.split_whitespace().next() != Some("Z")
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_browser_ends_with_its_test() {
+    let b = Browser::start().await;
+    let browsers = descendants(b.driver.id());
+    assert!(
+        !browsers.is_empty(),
+        "chromedriver {} started no browser",
+        b.driver.id()
+    );
+    drop(b);
+    // Quitting takes a moment; an orphaned Chromium would stay.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<u32> = browsers.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "browser processes left running after the test: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
