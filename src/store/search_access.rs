@@ -76,40 +76,46 @@ impl Statistics {
         // Rows tested walking backwards until `window` matched (all, if fewer match).
         let walked = |rows: f64| if f > 0.0 { rows.min(w / f) } else { rows };
         let bitmap = matches * BITMAP_ROW;
-        match orbit {
+        // The orbit's share of the rows (all of them across every orbit).
+        let share = orbit.map_or(1.0, |o| s.orbits.get(&o).copied().unwrap_or(s.other_orbit));
+        // `Recent`: the newest ids that should hold the window's matches (in the
+        // orbit, when given) a few times over. Only the matches among them are
+        // fetched, every orbit's; the word's entries are still all read.
+        let span = if f * share > 0.0 {
+            RECENT_MARGIN * w / (f * share)
+        } else {
+            n
+        };
+        let recent = (span < n && kind.has_id_ranges())
+            .then(|| matches * INDEX_ENTRY + n * RANGE_ROW + (f * span).min(matches) * BITMAP_ROW);
+        let (cost, access) = match orbit {
             None => {
                 let walk = walked(n) * WALK_ROW;
-                // The newest ids that should hold the window's matches a few times
-                // over: only their matches are fetched (the word's entries are
-                // still all read).
-                let span = if f > 0.0 { RECENT_MARGIN * w / f } else { n };
-                let recent = (span < n && kind.has_id_ranges()).then(|| {
-                    matches * INDEX_ENTRY
-                        + n * RANGE_ROW
-                        + (RECENT_MARGIN * w).min(matches) * BITMAP_ROW
-                });
-                match recent {
-                    Some(r) if r < walk && r < bitmap => Access::Recent {
-                        span: span.ceil() as i64,
-                    },
-                    _ if walk < bitmap => Access::Walk,
-                    _ => Access::Bitmap,
+                if walk < bitmap {
+                    (walk, Access::Walk)
+                } else {
+                    (bitmap, Access::Bitmap)
                 }
             }
-            Some(o) => {
-                let share = s.orbits.get(&o).copied().unwrap_or(s.other_orbit);
+            Some(_) => {
                 let in_orbit = share * n;
                 let walk = walked(in_orbit) * ORBIT_WALK_ROW;
                 let both = (matches + in_orbit) * INDEX_ENTRY + matches * share * BITMAP_ROW;
                 let bitmap = bitmap + matches * INDEX_ENTRY;
                 if walk <= both && walk <= bitmap {
-                    Access::Walk
+                    (walk, Access::Walk)
                 } else if both < bitmap {
-                    Access::Both
+                    (both, Access::Both)
                 } else {
-                    Access::Bitmap
+                    (bitmap, Access::Bitmap)
                 }
             }
+        };
+        match recent {
+            Some(r) if r < cost => Access::Recent {
+                span: span.ceil() as i64,
+            },
+            _ => access,
         }
     }
 }
@@ -376,6 +382,9 @@ mod tests {
         assert_eq!(a("'middle'", Some(7)), Access::Both);
         assert_eq!(a("'tenth'", Some(7)), Access::Walk);
         assert_eq!(a("'common'", Some(1)), Access::Walk);
+        // In the big orbit, a middle word among the newest ids: twice the span,
+        // since half the matches there are the orbit's.
+        assert_eq!(a("'middle'", Some(1)), Access::Recent { span: 400_000 });
         // No statistics, or a query it cannot read: the planner decides.
         assert_eq!(s.access(Kind::Memory, "'rare'", None, 200), Access::Planner);
         assert_eq!(a("'pre':*", None), Access::Planner);
