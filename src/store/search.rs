@@ -236,7 +236,16 @@ pub fn ranked(
         window,
     } = Candidates::of(tsquery);
     let matching = if phrase { "$11" } else { "$1" };
-    let (mut planner, mut fetch_all) = (false, true);
+    // Inside a caller's transaction the plan setting below would outlive this
+    // statement (a savepoint's end keeps it): plan per search there.
+    let outer = {
+        use diesel::connection::{AnsiTransactionManager as Tm, TransactionManager};
+        !matches!(
+            Tm::transaction_manager_status_mut(conn).transaction_depth(),
+            Ok(None)
+        )
+    };
+    let (mut planner, mut fetch_all) = (false, !outer);
     let branches: Vec<String> = kinds
         .iter()
         .map(|&k| {
@@ -362,7 +371,9 @@ fn newest(kind: Kind, access: Access, matching: &str, orbit: bool, window: i64) 
         ),
         (Access::Recent { span }, _) => {
             // The newest `span` ids first; the older rows only when those held
-            // fewer than `window` matches (a `LIMIT` of 0 never runs its scan).
+            // fewer than `window` matches (a `LIMIT` of 0 never runs its scan). A
+            // span below 0 would let the older branch past the bound.
+            let span = span.max(0);
             let in_orbit = if orbit {
                 " AND t.orbit_id + 0 = $6"
             } else {

@@ -377,7 +377,7 @@ mod tests {
             Access::Bitmap
         );
         // In a small orbit (1% of the rows): rare fetched, middle intersected,
-        // common walked; in a big one, a middle word is walked.
+        // common walked; in a big one, a common word is walked.
         assert_eq!(a("'rare'", Some(7)), Access::Bitmap);
         assert_eq!(a("'middle'", Some(7)), Access::Both);
         assert_eq!(a("'tenth'", Some(7)), Access::Walk);

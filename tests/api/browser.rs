@@ -258,9 +258,29 @@ fn end_session(port: u16, session: &str) {
         "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
          Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
-    if stream.write_all(request.as_bytes()).is_ok() {
-        let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer);
+    if stream.write_all(request.as_bytes()).is_err() {
+        return;
+    }
+    // Until the whole answer is in (its head and `Content-Length` bytes), not
+    // until the connection closes, which chromedriver need not do at once.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(head_end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&answer[..head_end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if answer.len() >= head_end + 4 + length {
+                return;
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+        }
     }
 }
 

@@ -35,9 +35,9 @@ pub const WORDS: u32 = 5000;
 const CONTRIBUTIONS: usize = 1_000_000;
 
 /// Loads the data set into a migrated database whose search tables are empty
-/// (orbit-bench's fresh database). A database that already holds it (a run with
-/// `--url` against a service kept on the data set, for before/after pairs on the
-/// same rows) is left as it is: `Ok(false)`.
+/// (orbit-bench's fresh database). A database that already holds all of it (a run
+/// with `--url` against a service kept on the data set, for before/after pairs on
+/// the same rows) is left as it is: `Ok(false)`.
 pub fn seed(bulk: &Bulk) -> Result<bool, String> {
     if loaded(bulk)? {
         return Ok(false);
@@ -45,8 +45,11 @@ pub fn seed(bulk: &Bulk) -> Result<bool, String> {
     load(bulk, CONTRIBUTIONS).map(|()| true)
 }
 
-/// Whether the database holds the data set already: its last orbit and at least
-/// its contributions.
+/// Marks a database whose load ran to its end (`COMMENT ON TABLE contributions`).
+const LOADED: &str = "orbit-bench search data set";
+
+/// Whether the database holds the whole data set already: the mark the last step
+/// of [`load`] leaves (an interrupted load left the GIN indexes dropped).
 fn loaded(bulk: &Bulk) -> Result<bool, String> {
     #[derive(diesel::QueryableByName)]
     struct Loaded {
@@ -56,8 +59,8 @@ fn loaded(bulk: &Bulk) -> Result<bool, String> {
     let mut conn = PgConnection::establish(&bulk.url)
         .map_err(|e| format!("search seed: cannot connect: {e}"))?;
     let r: Loaded = diesel::sql_query(format!(
-        "SELECT EXISTS (SELECT 1 FROM orbits WHERE slug = 'search-{ORBITS}') \
-                AND (SELECT count(*) FROM contributions) >= {CONTRIBUTIONS} AS loaded"
+        "SELECT coalesce(obj_description('contributions'::regclass, 'pg_class') \
+                         = '{LOADED}', false) AS loaded"
     ))
     .get_result(&mut conn)
     .map_err(|e| format!("search seed: {e}"))?;
@@ -133,7 +136,8 @@ fn load(bulk: &Bulk, contributions: usize) -> Result<(), String> {
          WITH (fastupdate = off)",
     )?;
     // VACUUM refuses a multi-statement string.
-    run("VACUUM ANALYZE contributions, memory_records, problems, tasks, orbits")
+    run("VACUUM ANALYZE contributions, memory_records, problems, tasks, orbits")?;
+    run(&format!("COMMENT ON TABLE contributions IS '{LOADED}'"))
 }
 
 /// Row `g`'s orbit index, a hash of `g` (so not correlated with the words).
