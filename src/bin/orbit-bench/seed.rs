@@ -341,7 +341,7 @@ impl Seeder<'_> {
         if has(Scenario::Search) {
             match self.bulk {
                 Some(bulk) => {
-                    eprintln!("seeding: the search data set (1,000,000 contributions, 100,000 memory records)");
+                    eprintln!("seeding: the search data set (1,000,000 contributions, 100,000 memory records), unless the database holds it");
                     let url = bulk.url.clone();
                     let loaded =
                         tokio::task::spawn_blocking(move || crate::search::seed(&Bulk { url }))
