@@ -41,12 +41,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub db_timeout_ms: u64,
 
-    /// Write groups this instance runs at once per queue, about one queue per orbit,
-    /// for the quick lease-cycle writes and for every other write alike
-    /// (docs/MECHANISMS.md, "Quick writes", "Group commit for every write"): the
-    /// queue's writes that arrive while they run go in its next group, committed
-    /// together.
-    #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 2,
+    /// Write groups this instance runs at once per queue, about one queue per orbit
+    /// for the quick writes and one for the other writes (docs/MECHANISMS.md, "Quick
+    /// writes", "Group commit for every write"): the queue's writes that arrive while
+    /// they run go in its next group, committed together. With the default, a busy
+    /// orbit has one quick group and one ordinary group at a time.
+    #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,
 
@@ -217,7 +217,7 @@ impl Config {
             data_dir: PathBuf::from("./.orbit"),
             db_pool_size: 16,
             db_timeout_ms: 5000,
-            write_lanes: 2,
+            write_lanes: 1,
             read_lanes: 1,
             quick_writes: true,
             workers: None,

@@ -57,7 +57,7 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<String, Histogram>>,
     errors: Mutex<BTreeMap<String, u64>>,
     pub idempotency_replays: AtomicU64,
-    /// Lease-cycle writes done in one statement (`src/perf/quick.rs`), and those tried
+    /// Quick writes done in one statement (`src/perf/quick.rs`), and those tried
     /// that way and then run through the ordinary path.
     pub quick_writes: AtomicU64,
     pub quick_declined: AtomicU64,
@@ -236,7 +236,7 @@ impl Metrics {
         let _ = writeln!(out, "orbit_db_pool_max_connections {}", g.pool_max);
         let _ = writeln!(
             out,
-            "# HELP orbit_quick_writes_waiting Lease-cycle writes queued for their next group."
+            "# HELP orbit_quick_writes_waiting Quick writes queued for their next group."
         );
         let _ = writeln!(out, "# TYPE orbit_quick_writes_waiting gauge");
         let _ = writeln!(out, "orbit_quick_writes_waiting {}", g.quick_waiting);
@@ -262,19 +262,19 @@ impl Metrics {
         counter(
             &mut out,
             "orbit_quick_writes_total",
-            "Lease-cycle writes done in one statement (docs/MECHANISMS.md, quick writes).",
+            "Quick writes (the lease cycle, plain creations) done in one statement (docs/MECHANISMS.md).",
             self.quick_writes.load(Ordering::Relaxed),
         );
         counter(
             &mut out,
             "orbit_quick_writes_declined_total",
-            "Lease-cycle writes tried in one statement that ran through the ordinary path.",
+            "Quick writes tried in one statement that ran through the ordinary path.",
             self.quick_declined.load(Ordering::Relaxed),
         );
         counter(
             &mut out,
             "orbit_quick_write_groups_total",
-            "Groups of lease-cycle writes run, each one statement and one commit.",
+            "Groups of quick writes run, each one statement and one commit.",
             self.quick_groups.load(Ordering::Relaxed),
         );
         counter(

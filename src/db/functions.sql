@@ -16,9 +16,10 @@
 -- lock statement and only words the refusal they name, and the quick_* functions
 -- ask the same functions; `member_role` and `token_use_due` are the membership
 -- and the last-used rule both paths read; `lease_is_active` and `lease_end_reason`
--- how a lease reads (the store's lease columns, the task's active lease). The
--- quick_* functions run the successful case of the lease cycle
--- in groups (`perf::quick`, docs/MECHANISMS.md "Quick writes") and decline
+-- how a lease reads (the store's lease columns, the task's active lease);
+-- `task_insert` and `contribution_insert` are the one insert of each for both
+-- paths. The quick_* functions run the successful case of the lease cycle, and of
+-- task and contribution creation with nothing to check, in groups (`perf::quick`, docs/MECHANISMS.md "Quick writes") and decline
 -- (`quick_declined`) everything else to the ordinary path. A decline decides
 -- nothing: it only sends the write to the ordinary path, which asks the same
 -- verdict. They render nothing: the response body and the change of a quick write
@@ -272,6 +273,43 @@ BEGIN
     now := clock_timestamp();
 END $$;
 
+-- The one insert of a task (`store::tasks::insert_task` and the quick task
+-- creation): an OPEN task, its times from the default of its columns.
+CREATE OR REPLACE FUNCTION task_insert(
+    p_orbit bigint, p_problem bigint, p_title text, p_description text, p_creator bigint)
+RETURNS tasks LANGUAGE plpgsql AS $$
+DECLARE
+    v_task tasks;
+BEGIN
+    INSERT INTO tasks (orbit_id, problem_id, title, description, created_by)
+    VALUES (p_orbit, p_problem, p_title, p_description, p_creator)
+    RETURNING * INTO v_task;
+    RETURN v_task;
+END $$;
+
+-- The one insert of a contribution (`store::contributions::insert` and the quick
+-- contribution creation): the contribution at revision 1 and its first immutable
+-- revision, both stamped with one reading of the clock.
+CREATE OR REPLACE FUNCTION contribution_insert(
+    p_orbit bigint, p_kind text, p_author bigint, p_problem bigint, p_task bigint,
+    p_title text, p_body text, p_artifacts bigint[])
+RETURNS contributions LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_contribution contributions;
+BEGIN
+    INSERT INTO contributions (orbit_id, kind, author_id, problem_id, task_id, title, body,
+                               artifact_ids, created_at, updated_at)
+    VALUES (p_orbit, p_kind, p_author, p_problem, p_task, p_title, p_body, p_artifacts,
+            v_now, v_now)
+    RETURNING * INTO v_contribution;
+    INSERT INTO contribution_revisions (contribution_id, revision, title, body, artifact_ids,
+                                        created_at)
+    VALUES (v_contribution.id, 1, v_contribution.title, v_contribution.body,
+            v_contribution.artifact_ids, v_contribution.created_at);
+    RETURN v_contribution;
+END $$;
+
 -- Each quick write takes, after its own arguments, `p_body` and `p_outcome`: its
 -- response and change as the service rendered them (`quick_outcome`). The argument
 -- lists of 2026-12-01 (when these functions rendered the bodies) are dropped first.
@@ -385,9 +423,65 @@ BEGIN
                          p_body, p_outcome);
 END $$;
 
--- One quick write's effect, by kind (`p_call`: 1 acquire, 2 checkpoint, 3 release;
--- `p_target` the task, or the lease of a release; `p_number` the lease's seconds, or
--- the lease version).
+-- POST /api/v1/orbits/{orbit}/tasks (`api::tasks::create_task`) by a member, with
+-- the orbit named by its id and no problem: `p_orbit` the orbit, `p_title` and
+-- `p_description` the task's.
+CREATE OR REPLACE FUNCTION quick_task_create_effect(
+    p_token bigint, p_orbit bigint, p_title text, p_description text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    p_body text, p_outcome jsonb)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_key bigint;
+    v_task tasks;
+BEGIN
+    IF member_role(p_orbit, v_caller.id) IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_key := claim_key(v_caller.id, p_scope, p_key, p_fingerprint, p_retention);
+    IF v_key IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_task := task_insert(p_orbit, NULL, p_title, p_description, v_caller.id);
+    -- The text is in the body already; the row lends the values the marks stand for.
+    v_task.search := NULL;
+    RETURN quick_outcome(p_orbit, v_caller.id, v_key, to_jsonb(v_task), p_body, p_outcome);
+END $$;
+
+-- POST /api/v1/orbits/{orbit}/contributions (`api::contributions::create_contribution`)
+-- by a member, with the orbit named by its id and no problem, task or artifacts.
+CREATE OR REPLACE FUNCTION quick_contribution_create_effect(
+    p_token bigint, p_orbit bigint, p_kind text, p_title text, p_text text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    p_body text, p_outcome jsonb)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_key bigint;
+    v_contribution contributions;
+BEGIN
+    IF member_role(p_orbit, v_caller.id) IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_key := claim_key(v_caller.id, p_scope, p_key, p_fingerprint, p_retention);
+    IF v_key IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_contribution := contribution_insert(p_orbit, p_kind, v_caller.id, NULL, NULL, p_title,
+                                          p_text, '{}');
+    v_contribution.title := NULL;
+    v_contribution.body := NULL;
+    v_contribution.search := NULL;
+    RETURN quick_outcome(p_orbit, v_caller.id, v_key, to_jsonb(v_contribution), p_body,
+                         p_outcome);
+END $$;
+
+-- One quick write's effect, by kind (`p_call`: 1 acquire, 2 checkpoint, 3 release,
+-- 4 task creation, 5 contribution creation; `p_target` the task, the lease of a
+-- release, or the orbit of a creation; `p_number` the lease's seconds, or the lease
+-- version; the three texts a checkpoint's summary, state and hash, a task's title
+-- and description, or a contribution's title, body and kind).
 CREATE OR REPLACE FUNCTION quick_effect_of(
     p_call int2, p_token bigint, p_target bigint, p_number bigint,
     p_summary text, p_state text, p_hash text,
@@ -402,10 +496,17 @@ BEGIN
         RETURN quick_checkpoint_effect(p_token, p_target, p_number,
             p_summary, p_state, p_hash, p_scope, p_key, p_fingerprint, p_retention,
             p_body, p_outcome::jsonb);
-    ELSE
+    ELSIF p_call = 4 THEN
+        RETURN quick_task_create_effect(p_token, p_target, p_summary, p_state,
+            p_scope, p_key, p_fingerprint, p_retention, p_body, p_outcome::jsonb);
+    ELSIF p_call = 5 THEN
+        RETURN quick_contribution_create_effect(p_token, p_target, p_hash, p_summary,
+            p_state, p_scope, p_key, p_fingerprint, p_retention, p_body, p_outcome::jsonb);
+    ELSIF p_call = 3 THEN
         RETURN quick_release_effect(p_token, p_target, p_number,
             p_scope, p_key, p_fingerprint, p_retention, p_body, p_outcome::jsonb);
     END IF;
+    RAISE EXCEPTION 'quick_declined';
 END $$;
 
 -- Applies a quick write's change (`apply_change`); its revision.

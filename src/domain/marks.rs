@@ -3,7 +3,8 @@
 //! values (a new lease's id and version, the clock).
 //!
 //! The renderer (`leases::quick_acquire`, `leases::quick_release`,
-//! `checkpoints::quick_create`) fills the ordinary response type with a mark for each
+//! `checkpoints::quick_create`, `tasks::quick_create`, `contributions::quick_create`)
+//! fills the ordinary response type with a mark for each
 //! such value ([`Marks::number`], [`Marks::time`]), each naming the column of the row
 //! the write writes that holds it, and hands the rendering to the quick statement
 //! (`perf::quick`); there `quick_outcome` (src/db/functions.sql) replaces each mark with

@@ -2,6 +2,7 @@
 //! and an agent's next work (`find_work`): the units of work, reads and rules
 //! behind `http::api::tasks` and their MCP tools.
 
+use actix_web::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -10,12 +11,14 @@ use crate::domain::access;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::fence::{self, task_closed, Guard, LockMode};
 use crate::domain::idempotency::{Gate, Operation};
-use crate::domain::revision::Change;
-use crate::domain::write::{claim, public_list, public_read, Reply};
+use crate::domain::marks::Marks;
+use crate::domain::revision::{Change, PENDING};
+use crate::domain::write::{claim, public_list, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{page_bounds, Cursor, PageParams, Validate};
 use crate::perf::listcache::ListRoute;
+use crate::perf::quick::QuickCall;
 use crate::store::contributors as contributor_store;
 use crate::store::handoffs::{self as handoff_store, HandoffStatus};
 use crate::store::orbits::Role;
@@ -81,18 +84,60 @@ pub fn create(
         caller.id(),
     )?;
     let mut task = store::task(conn, id)?.ok_or(ApiError::internal())?;
-    task.orbit_revision = Some(gate.record(
-        orbit.id,
-        caller.id(),
-        Change {
-            kind: "task.created",
-            entity_type: "task",
-            entity_id: id,
-            task_id: Some(id),
-            summary: format!("task {id} created"),
-        },
-    )?);
+    task.orbit_revision = Some(gate.record(orbit.id, caller.id(), created(&task))?);
     Reply::created(&task, orbit.id)
+}
+
+/// Task creation as a quick write (`perf::quick`), for an orbit named by its id and
+/// a task with no problem (the ordinary path checks a problem): answered as
+/// [`create`] answers it, with marks for what the statement chooses (the task's id
+/// and times). A new task is OPEN, never leased, by its caller.
+pub fn quick_create(orbit_id: i64, value: &CreateTask) -> Option<Quick> {
+    if value.problem_id.is_some() {
+        return None;
+    }
+    let title = value.title.clone();
+    let description = value.description.clone().unwrap_or_default();
+    Some(Quick {
+        call: QuickCall::CreateTask {
+            orbit_id,
+            title: title.clone(),
+            description: description.clone(),
+        },
+        render: Box::new(move |actor| {
+            let mut marks = Marks::default();
+            let task = Task {
+                id: marks.number("id"),
+                orbit_id,
+                problem_id: None,
+                title,
+                description,
+                status: TaskStatus::Open.as_str().into(),
+                lease_version: 0,
+                active_lease: None,
+                completion_summary: None,
+                result_contribution_id: None,
+                cancel_reason: None,
+                created_by: actor.clone(),
+                created_at: marks.time("created_at"),
+                updated_at: marks.time("updated_at"),
+                orbit_revision: Some(PENDING),
+            };
+            let reply = Reply::new(StatusCode::CREATED, &task, None).ok()?;
+            marks.rendered(reply, created(&task))
+        }),
+    })
+}
+
+/// The change of a task's creation.
+fn created(task: &Task) -> Change<'static> {
+    Change {
+        kind: "task.created",
+        entity_type: "task",
+        entity_id: task.id,
+        task_id: Some(task.id),
+        summary: format!("task {} created", task.id),
+    }
 }
 
 /// The query of `GET /api/v1/orbits/{orbit}/tasks` (and of the `list_tasks` tool).

@@ -222,17 +222,12 @@ where
     // A verified token's id routes the write to its orbit's group (`perf::commits`).
     let verified = bearer.cached(&tokens);
     let token_id = verified.as_ref().map(|v| v.token_id);
-    // A quick write of an orbit whose write group is running would decline (the
-    // group holds the orbit's row): it joins the group instead, unless the orbit's
-    // quick writes are busy too. Those are most of a hot orbit's lease cycle: sent
-    // to the write groups whenever one ordinary write kept a group busy, they kept
-    // it busy for good, at about nine statements a write (128 clients: 344
-    // requests/s, PERFORMANCE.md, issue 25).
-    let quick = quick.filter(|_| {
-        state.config.quick_writes
-            && !token_id
-                .is_some_and(|t| state.commits.is_busy_for(t) && !state.quick.is_busy_for(t))
-    });
+    // A write with a quick form always tries it first. (Until 2026-12-03 it joined
+    // its orbit's ordinary write group while one ran, from when such a group held
+    // the orbit's row throughout; a group takes that row only to apply its changes
+    // now, and a hot mix of writes kept the quick-able ones in the ordinary groups,
+    // at four to seven statements each: PERFORMANCE.md, issue 25.)
+    let quick = quick.filter(|_| state.config.quick_writes);
     // The quick form needs a verified token (its id and contributor), a key to
     // claim, and a rendering whose marks are its own.
     let quick = match (quick, verified, &key.0) {

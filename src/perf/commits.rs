@@ -99,15 +99,6 @@ impl<T: Send + 'static> Commits<T> {
         self.lanes.waiting()
     }
 
-    /// Whether a group of the orbit the token `token_id` last wrote to is running:
-    /// a quick write of that orbit would then find the orbit's row taken by the
-    /// group and decline, so it goes straight to the group (`domain::write::run`).
-    pub fn is_busy_for(&self, token_id: i64) -> bool {
-        self.hints
-            .orbit_of(token_id)
-            .is_some_and(|orbit| self.lanes.is_busy(&orbit))
-    }
-
     /// `(groups run, writes answered, writes waiting)`.
     pub fn counts(&self) -> (u64, u64, u64) {
         self.lanes.counts()

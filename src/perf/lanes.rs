@@ -103,14 +103,6 @@ where
         self.state().routes.values().map(|r| r.waiting.len()).sum()
     }
 
-    /// Whether a group of `route` is running or requests of it are queued now.
-    pub fn is_busy(&self, route: &R) -> bool {
-        self.state()
-            .routes
-            .get(route)
-            .is_some_and(|r| r.running > 0 || !r.waiting.is_empty())
-    }
-
     /// `(groups run, requests answered, requests waiting)`.
     pub fn counts(&self) -> (u64, u64, u64) {
         (

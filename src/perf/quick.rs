@@ -1,10 +1,13 @@
-//! Quick writes: the successful case of a lease-cycle write in one statement.
+//! Quick writes: the successful case of a lease-cycle write, or of a plain task or
+//! contribution creation, in one statement.
 //!
 //! A lease acquire, a checkpoint or a release through the ordinary path (`domain::write::run`)
 //! is about nine round trips to the database (BEGIN, token, membership, key claim,
 //! task lock, the read after it, the effect, the closing statement with COMMIT, the
-//! revision), and on a small machine the context switches of those round trips are
-//! most of a write's CPU. For these three writes, `domain::write::run` first runs a
+//! revision), a creation four to six, and on a small machine the context switches
+//! of those round trips are most of a write's CPU. For these five writes (a
+//! creation only in an orbit named by its id, with no problem, task or artifacts to
+//! check), `domain::write::run` first runs a
 //! database function (`quick_*` in src/db/functions.sql) that does the same
 //! statements, in the same lock order, as part of one statement, and returns the
 //! response body with the revision it took. The body and the change are rendered by
@@ -16,7 +19,8 @@
 //!
 //! The functions decide nothing of their own. They ask the same database functions
 //! as the ordinary path: `lease_verdict` and `acquire_verdict` (the lease decision,
-//! which `domain::fence` words), `member_role`, `token_use_due` and `claim_key`.
+//! which `domain::fence` words), `member_role`, `token_use_due`, `claim_key`, and
+//! the inserts `task_insert` and `contribution_insert`.
 //! When the verdict is not a plain yes, or anything else might apply (a key seen
 //! before, an open lease to end, a pending handoff to supersede, a token whose use
 //! is due to be recorded, a token this instance has not verified yet, artifacts to
@@ -40,7 +44,7 @@ use crate::perf::lanes::{Hints, Lanes, Shape};
 /// The message a quick write function raises when the ordinary path must decide.
 pub const DECLINED: &str = "quick_declined";
 
-/// A lease-cycle write whose request is valid, in the form its function takes.
+/// A write with a quick form whose request is valid, in the form its function takes.
 #[derive(Debug, Clone)]
 pub enum QuickCall {
     /// `POST /api/v1/tasks/{task}/leases`.
@@ -56,6 +60,20 @@ pub enum QuickCall {
     },
     /// `POST /api/v1/leases/{lease}/release`.
     Release { lease_id: i64, lease_version: i64 },
+    /// `POST /api/v1/orbits/{orbit}/tasks` with the orbit's id and no problem.
+    CreateTask {
+        orbit_id: i64,
+        title: String,
+        description: String,
+    },
+    /// `POST /api/v1/orbits/{orbit}/contributions` with the orbit's id and no
+    /// problem, task or artifacts.
+    CreateContribution {
+        orbit_id: i64,
+        kind: &'static str,
+        title: String,
+        body: String,
+    },
 }
 
 /// The Idempotency-Key a quick write claims, exactly as `Gate::claim` would.
@@ -90,13 +108,17 @@ impl QuickCall {
                 [*task_id]
             }
             QuickCall::Release { lease_id, .. } => [*lease_id],
+            QuickCall::CreateTask { orbit_id, .. }
+            | QuickCall::CreateContribution { orbit_id, .. } => [*orbit_id],
         }
     }
 
-    /// The arguments of `quick_effect_of` (migration 7) after the token: the kind
-    /// (1 acquire, 2 checkpoint, 3 release), the task (the lease of a release), the
-    /// lease's seconds (the lease version), and the checkpoint's summary, canonical
-    /// state and hash (empty otherwise).
+    /// The arguments of `quick_effect_of` (src/db/functions.sql) after the token: the
+    /// kind (1 acquire, 2 checkpoint, 3 release, 4 task creation, 5 contribution
+    /// creation), the task (the lease of a release, the orbit of a creation), the
+    /// lease's seconds (the lease version, 0 for a creation), and three texts: the
+    /// checkpoint's summary, canonical state and hash, the task's title and
+    /// description, or the contribution's title, body and kind (empty otherwise).
     fn args(&self) -> (i16, i64, i64, &str, &str, &str) {
         match self {
             QuickCall::Acquire { task_id, seconds } => (1, *task_id, *seconds, "", "", ""),
@@ -111,6 +133,17 @@ impl QuickCall {
                 lease_id,
                 lease_version,
             } => (3, *lease_id, *lease_version, "", "", ""),
+            QuickCall::CreateTask {
+                orbit_id,
+                title,
+                description,
+            } => (4, *orbit_id, 0, title, description, ""),
+            QuickCall::CreateContribution {
+                orbit_id,
+                kind,
+                title,
+                body,
+            } => (5, *orbit_id, 0, title, body, kind),
         }
     }
 }
@@ -201,14 +234,6 @@ impl QuickQueue {
     /// Writes queued for their next group, in all queues.
     pub fn waiting(&self) -> usize {
         self.lanes.waiting()
-    }
-
-    /// Whether a group of quick writes of the orbit the token `token_id` last wrote
-    /// to is running or has writes queued (`domain::write::run`).
-    pub fn is_busy_for(&self, token_id: i64) -> bool {
-        self.hints
-            .orbit_of(token_id)
-            .is_some_and(|orbit| self.lanes.is_busy(&Route::Orbit(orbit)))
     }
 
     /// Runs `call`, answered with `rendered`, for the token `token_id` (verified by

@@ -522,7 +522,9 @@ pub fn lock(conn: &mut PgConnection, id: i64) -> QueryResult<ContributionHead> {
 // ---------------------------------------------------------------------------
 // Writes
 
-/// Inserts a contribution at revision 1. Returns its id.
+/// Inserts a contribution at revision 1, with its first revision, by
+/// `contribution_insert` (src/db/functions.sql), the insert the quick contribution
+/// creation runs too. Returns its id.
 #[expect(clippy::too_many_arguments, reason = "one column per argument")]
 pub fn insert(
     conn: &mut PgConnection,
@@ -535,29 +537,17 @@ pub fn insert(
     body: &str,
     artifact_ids: &[i64],
 ) -> QueryResult<i64> {
-    crate::db::sql(
-        "WITH t AS (SELECT clock_timestamp() AS now), \
-         c AS ( \
-             INSERT INTO contributions (orbit_id, kind, author_id, problem_id, task_id, \
-                                        title, body, artifact_ids, created_at, updated_at) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, t.now, t.now FROM t \
-             RETURNING id, title, body, artifact_ids, created_at \
-         ) \
-         INSERT INTO contribution_revisions (contribution_id, revision, title, body, \
-                                             artifact_ids, created_at) \
-         SELECT c.id, 1, c.title, c.body, c.artifact_ids, c.created_at FROM c \
-         RETURNING contribution_id AS id",
-    )
-    .bind::<BigInt, _>(orbit_id)
-    .bind::<Text, _>(kind.as_str())
-    .bind::<BigInt, _>(author)
-    .bind::<Nullable<BigInt>, _>(problem_id)
-    .bind::<Nullable<BigInt>, _>(task_id)
-    .bind::<Text, _>(title)
-    .bind::<Text, _>(body)
-    .bind::<Array<BigInt>, _>(artifact_ids)
-    .get_result::<Id>(conn)
-    .map(|r| r.id)
+    crate::db::sql("SELECT (contribution_insert($1, $2, $3, $4, $5, $6, $7, $8)).id")
+        .bind::<BigInt, _>(orbit_id)
+        .bind::<Text, _>(kind.as_str())
+        .bind::<BigInt, _>(author)
+        .bind::<Nullable<BigInt>, _>(problem_id)
+        .bind::<Nullable<BigInt>, _>(task_id)
+        .bind::<Text, _>(title)
+        .bind::<Text, _>(body)
+        .bind::<Array<BigInt>, _>(artifact_ids)
+        .get_result::<Id>(conn)
+        .map(|r| r.id)
 }
 
 /// One row of [`insert_many`].

@@ -600,6 +600,8 @@ pub fn checkpoints_of_task(
 // ---------------------------------------------------------------------------
 // Writes (callers hold the task row lock; see `fence`)
 
+/// Inserts an OPEN task by `task_insert` (src/db/functions.sql), the insert the
+/// quick task creation runs too. Returns its id.
 pub fn insert_task(
     conn: &mut PgConnection,
     orbit_id: i64,
@@ -608,17 +610,14 @@ pub fn insert_task(
     description: &str,
     created_by: i64,
 ) -> QueryResult<i64> {
-    crate::db::sql(
-        "INSERT INTO tasks (orbit_id, problem_id, title, description, created_by) \
-         VALUES ($1, $2, $3, $4, $5) RETURNING id",
-    )
-    .bind::<BigInt, _>(orbit_id)
-    .bind::<Nullable<BigInt>, _>(problem_id)
-    .bind::<Text, _>(title)
-    .bind::<Text, _>(description)
-    .bind::<BigInt, _>(created_by)
-    .get_result::<Id>(conn)
-    .map(|r| r.id)
+    crate::db::sql("SELECT (task_insert($1, $2, $3, $4, $5)).id")
+        .bind::<BigInt, _>(orbit_id)
+        .bind::<Nullable<BigInt>, _>(problem_id)
+        .bind::<Text, _>(title)
+        .bind::<Text, _>(description)
+        .bind::<BigInt, _>(created_by)
+        .get_result::<Id>(conn)
+        .map(|r| r.id)
 }
 
 /// `titles.len()` OPEN tasks in one orbit by one creator, one statement (bulk

@@ -52,10 +52,12 @@ async fn until_waiting(lock: &RowLock, monitor: &mut PgConnection, what: &str) {
 /// Sixteen agents create tasks in one orbit while its row is locked elsewhere: the
 /// first write waits on the lock, the other fifteen queue behind it and then commit
 /// as one group; every write is answered once, with its own dense revision, and a
-/// write refused inside the group changes nothing.
+/// write refused inside the group changes nothing. (A task with no problem is a
+/// quick write, `tests/api/quick.rs`; here the quick form is off, so that every
+/// creation takes the ordinary groups this test is about.)
 #[actix_web::test]
 async fn writes_that_queue_on_one_orbit_commit_together() {
-    let app = TestApp::spawn_with(|c| c.write_lanes = 1).await;
+    let app = one_lane_no_quick_writes().await;
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "hot").await;
     let path = format!("/api/v1/orbits/{orbit}/tasks");

@@ -196,6 +196,164 @@ async fn quick_writes_answer_byte_for_byte_what_the_ordinary_reads_show() {
     assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, rev0 + 3);
 }
 
+/// Task and contribution creation in an orbit named by its id, with nothing more
+/// to check, run the quick way and answer byte for byte what the ordinary reads
+/// show; their keys replay the same bytes. A slug, a problem or a task to check
+/// take the ordinary path without trying the quick one, and a non-member is
+/// declined to it and refused there.
+#[tokio::test]
+async fn creations_run_the_quick_way_answered_as_the_ordinary_reads_show() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "quick-new", 1).await;
+    let a = &c.members[0];
+    let t0 = task(&app, a, c.orbit, "warm").await;
+    let rev0 = crate::work::orbit_revision(&app, c.orbit).await;
+    let before = quick_counts(&app).await;
+
+    let tasks = format!("/api/v1/orbits/{}/tasks", c.orbit);
+    let contributions = format!("/api/v1/orbits/{}/contributions", c.orbit);
+    let title = "a \"quoted\" title \\ 🚀 مرحبا";
+    let task_body = json!({"title": title, "description": "line 1\nline 2\t\u{1}"});
+    let bare_body = json!({"title": "bare"});
+    let note_body = json!({"kind": "CLAIM", "title": title, "body": "body 🚀 \u{7f}",
+                           "artifact_ids": []});
+    let made_task = keyed(&app, a, &tasks, "n-task", task_body.clone()).await;
+    let made_bare = keyed(&app, a, &tasks, "n-bare", bare_body.clone()).await;
+    let made_note = keyed(&app, a, &contributions, "n-note", note_body.clone()).await;
+    for (made, revision) in [(&made_task, 1), (&made_bare, 2), (&made_note, 3)] {
+        assert_eq!(made.status, 201, "{}", made.text);
+        assert_eq!(made.json["data"]["orbit_revision"], rev0 + revision);
+    }
+    let (task_id, bare_id, note_id) = (
+        made_task.json["data"]["id"].as_i64().unwrap(),
+        made_bare.json["data"]["id"].as_i64().unwrap(),
+        made_note.json["data"]["id"].as_i64().unwrap(),
+    );
+    let read = app.get(&format!("/api/v1/tasks/{task_id}"), None).await;
+    assert_write_is_read_plus_revision(&made_task, &read);
+    let read = app.get(&format!("/api/v1/tasks/{bare_id}"), None).await;
+    assert_write_is_read_plus_revision(&made_bare, &read);
+    assert_eq!(made_bare.json["data"]["description"], "");
+    let read = app
+        .get(&format!("/api/v1/contributions/{note_id}"), None)
+        .await;
+    assert_write_is_read_plus_revision(&made_note, &read);
+    // The first revision is kept, as the ordinary creation keeps it.
+    let first = app
+        .get(
+            &format!("/api/v1/contributions/{note_id}/revisions/1"),
+            None,
+        )
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(first.json["data"]["title"], title);
+    assert_eq!(
+        first.json["data"]["created_at"],
+        made_note.json["data"]["created_at"]
+    );
+    let after = quick_counts(&app).await;
+    assert_eq!((after.0 - before.0, after.1 - before.1), (3, 0));
+
+    // Their changes, as the ordinary path words them.
+    let feed = app
+        .get(
+            &format!("/api/v1/orbits/{}/changes?after={rev0}", c.orbit),
+            None,
+        )
+        .await;
+    let seen: Vec<(String, String, i64)> = feed.json["data"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|ch| {
+            (
+                ch["kind"].as_str().unwrap().to_owned(),
+                ch["summary"].as_str().unwrap().to_owned(),
+                ch["entity_id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "task.created".into(),
+                format!("task {task_id} created"),
+                task_id
+            ),
+            (
+                "task.created".into(),
+                format!("task {bare_id} created"),
+                bare_id
+            ),
+            (
+                "contribution.created".into(),
+                format!("contribution {note_id} (CLAIM) created"),
+                note_id
+            ),
+        ],
+        "{}",
+        feed.text
+    );
+
+    // Each key replays its bytes (a key seen before is declined to the ordinary
+    // path, which replays it).
+    for (path, key, body, first) in [
+        (&tasks, "n-task", task_body, &made_task),
+        (&tasks, "n-bare", bare_body, &made_bare),
+        (&contributions, "n-note", note_body, &made_note),
+    ] {
+        let again = keyed(&app, a, path, key, body).await;
+        assert_eq!(again.status, 201);
+        assert_eq!(again.header("idempotency-replayed"), Some("true"));
+        assert_eq!(again.bytes, first.bytes);
+    }
+    let replayed = quick_counts(&app).await;
+    assert_eq!((replayed.0 - after.0, replayed.1 - after.1), (0, 3));
+
+    // A slug, or a task to check, is the ordinary path's from the start.
+    let by_slug = keyed(
+        &app,
+        a,
+        "/api/v1/orbits/quick-new/tasks",
+        "n-slug",
+        json!({"title": "by slug"}),
+    )
+    .await;
+    assert_eq!(by_slug.status, 201, "{}", by_slug.text);
+    let on_task = keyed(
+        &app,
+        a,
+        &contributions,
+        "n-on-task",
+        json!({"kind": "NOTE", "title": "on a task", "body": "", "task_id": t0}),
+    )
+    .await;
+    assert_eq!(on_task.status, 201, "{}", on_task.text);
+    assert_eq!(on_task.json["data"]["task_id"], t0);
+    assert_eq!(quick_counts(&app).await, replayed);
+
+    // An outsider is declined, then refused by the ordinary path; nothing changed.
+    let outsider = app.agent("quick-new-outsider").await;
+    app.get("/api/v1/me", Some(&outsider.token)).await;
+    let rev = crate::work::orbit_revision(&app, c.orbit).await;
+    keyed(&app, &outsider, &tasks, "o-task", json!({"title": "no"}))
+        .await
+        .assert_error(403, "not_a_member");
+    keyed(
+        &app,
+        &outsider,
+        &contributions,
+        "o-note",
+        json!({"kind": "NOTE", "title": "no", "body": ""}),
+    )
+    .await
+    .assert_error(403, "not_a_member");
+    let last = quick_counts(&app).await;
+    assert_eq!((last.0 - replayed.0, last.1 - replayed.1), (0, 2));
+    assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, rev);
+}
+
 /// A quick write's body is rendered by the service with marks that the statement
 /// fills (src/domain/marks.rs). A client's text that holds a mark sends the write
 /// the ordinary way, answered as ever; a release after a renewal gets its

@@ -61,13 +61,19 @@ pub async fn create_contribution(
     body: Body<CreateContribution>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
+    // An orbit named by its slug, or references to check, take the ordinary path.
+    let quick = reference
+        .parse::<i64>()
+        .ok()
+        .zip(body.check().ok())
+        .and_then(|(orbit_id, value)| contributions::quick_create(orbit_id, value));
     write(
         &contributions::CREATE_CONTRIBUTION,
         &state,
         bearer,
         key,
         body,
-        None,
+        quick,
         move |c, who, g, b| contributions::create(c, who, g, &reference, b),
     )
     .await

@@ -43,13 +43,19 @@ pub async fn create_task(
     body: Body<CreateTask>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
+    // An orbit named by its slug, or a problem to check, takes the ordinary path.
+    let quick = reference
+        .parse::<i64>()
+        .ok()
+        .zip(body.check().ok())
+        .and_then(|(orbit_id, value)| tasks::quick_create(orbit_id, value));
     write(
         &tasks::CREATE_TASK,
         &state,
         bearer,
         key,
         body,
-        None,
+        quick,
         move |c, who, g, b| tasks::create(c, who, g, &reference, b),
     )
     .await

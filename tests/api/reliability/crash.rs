@@ -17,11 +17,15 @@ use crate::harness::{sql_i64, Resp, RowLock, TestDb};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_kill_retry_applies_each_write_once() {
     // A lock timeout (half of this) well above the time the two straddling writes
-    // below wait on the test's row locks, so neither gives up before the kill.
+    // below wait on the test's row locks, so neither gives up before the kill; and
+    // two write lanes, so that the second of them runs while the first waits.
     let mut run = LoadRun::start(
         "oc-rel-crash",
         2,
-        &[("ORBIT_DB_TIMEOUT_MS", "30000".into())],
+        &[
+            ("ORBIT_DB_TIMEOUT_MS", "30000".into()),
+            ("ORBIT_WRITE_LANES", "2".into()),
+        ],
     )
     .await;
     let race = run.race();
