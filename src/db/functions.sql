@@ -423,6 +423,26 @@ BEGIN
                          p_body, p_outcome);
 END $$;
 
+-- The common start of a quick creation in an orbit, after the caller: their
+-- membership, then the key's claim (`claim_key`; only a new key: one seen before is
+-- declined). Returns the claimed key's id.
+CREATE OR REPLACE FUNCTION quick_orbit_key(
+    p_caller bigint, p_orbit bigint,
+    p_scope text, p_key text, p_fingerprint text, p_retention int)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    IF member_role(p_orbit, p_caller) IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_key := claim_key(p_caller, p_scope, p_key, p_fingerprint, p_retention);
+    IF v_key IS NULL THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    RETURN v_key;
+END $$;
+
 -- POST /api/v1/orbits/{orbit}/tasks (`api::tasks::create_task`) by a member, with
 -- the orbit named by its id and no problem: `p_orbit` the orbit, `p_title` and
 -- `p_description` the task's.
@@ -433,16 +453,10 @@ CREATE OR REPLACE FUNCTION quick_task_create_effect(
 RETURNS quick_effect LANGUAGE plpgsql AS $$
 DECLARE
     v_caller contributors := quick_caller(p_token);
-    v_key bigint;
+    v_key bigint := quick_orbit_key(v_caller.id, p_orbit, p_scope, p_key, p_fingerprint,
+                                    p_retention);
     v_task tasks;
 BEGIN
-    IF member_role(p_orbit, v_caller.id) IS NULL THEN
-        RAISE EXCEPTION 'quick_declined';
-    END IF;
-    v_key := claim_key(v_caller.id, p_scope, p_key, p_fingerprint, p_retention);
-    IF v_key IS NULL THEN
-        RAISE EXCEPTION 'quick_declined';
-    END IF;
     v_task := task_insert(p_orbit, NULL, p_title, p_description, v_caller.id);
     -- The text is in the body already; the row lends the values the marks stand for.
     v_task.search := NULL;
@@ -458,16 +472,10 @@ CREATE OR REPLACE FUNCTION quick_contribution_create_effect(
 RETURNS quick_effect LANGUAGE plpgsql AS $$
 DECLARE
     v_caller contributors := quick_caller(p_token);
-    v_key bigint;
+    v_key bigint := quick_orbit_key(v_caller.id, p_orbit, p_scope, p_key, p_fingerprint,
+                                    p_retention);
     v_contribution contributions;
 BEGIN
-    IF member_role(p_orbit, v_caller.id) IS NULL THEN
-        RAISE EXCEPTION 'quick_declined';
-    END IF;
-    v_key := claim_key(v_caller.id, p_scope, p_key, p_fingerprint, p_retention);
-    IF v_key IS NULL THEN
-        RAISE EXCEPTION 'quick_declined';
-    END IF;
     v_contribution := contribution_insert(p_orbit, p_kind, v_caller.id, NULL, NULL, p_title,
                                           p_text, '{}');
     v_contribution.title := NULL;
