@@ -45,12 +45,15 @@ DECLARE
     v_revision bigint;
     v_body text;
 BEGIN
-    UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit
-        RETURNING revision INTO STRICT v_revision;
+    -- One statement for both (one executor start, not two).
+    WITH bumped AS (
+        UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit RETURNING revision)
     INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
                          contributor_id, summary, created_at)
-    VALUES (p_orbit, v_revision, p_kind, p_entity_type, p_entity_id, p_task,
-            p_contributor, p_summary, clock_timestamp());
+    SELECT p_orbit, bumped.revision, p_kind, p_entity_type, p_entity_id, p_task,
+           p_contributor, p_summary, clock_timestamp()
+    FROM bumped
+    RETURNING revision INTO STRICT v_revision;
     v_body := replace(convert_from(p_body, 'UTF8'),
         '"orbit_revision":-9223372036854775807', '"orbit_revision":' || v_revision);
     IF p_key IS NOT NULL THEN
@@ -58,7 +61,8 @@ BEGIN
         SET response_status = p_status, response_body = convert_to(v_body, 'UTF8')
         WHERE id = p_key;
     END IF;
-    PERFORM set_config('orbit.body', v_body, false);
+    -- An assignment, not PERFORM: PL/pgSQL evaluates it without starting the executor.
+    v_body := set_config('orbit.body', v_body, false);
     RETURN v_revision;
 END $$;
 
@@ -336,8 +340,7 @@ DECLARE
     v_task record;
     v_lease leases;
 BEGIN
-    SELECT * INTO v_task
-    FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
+    v_task := quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
     -- The verdict, then what only the ordinary path does: end an open lease that
     -- ran out, supersede a pending handoff.
     IF acquire_verdict(p_task, v_caller.id, v_task.now) IS NOT NULL
@@ -372,8 +375,7 @@ DECLARE
     v_sequence bigint;
     v_checkpoint checkpoints;
 BEGIN
-    SELECT * INTO v_task
-    FROM quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
+    v_task := quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
     IF lease_verdict(p_task, v_caller.id, p_lease_version, NULL, 'checkpoint', v_task.now)
            IS NOT NULL THEN
         RAISE EXCEPTION 'quick_declined';
@@ -410,8 +412,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
-    SELECT * INTO v_task
-    FROM quick_task(v_caller.id, v_task_id, p_scope, p_key, p_fingerprint, p_retention);
+    v_task := quick_task(v_caller.id, v_task_id, p_scope, p_key, p_fingerprint, p_retention);
     IF lease_verdict(v_task_id, v_caller.id, p_lease_version, p_lease_version,
                      'release_or_offer', v_task.now) IS NOT NULL THEN
         RAISE EXCEPTION 'quick_declined';
