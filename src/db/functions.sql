@@ -10,7 +10,8 @@
 -- its new definition.
 --
 -- What they decide: `apply_change` is the one place a change is applied (revision,
--- change row, stored response) for both write paths; `claim_key` is the one key
+-- change row, stored response) for both write paths, and `reserve_revisions` the
+-- one way a group takes its orbit's revisions at once; `claim_key` is the one key
 -- claim of both paths; `lease_verdict` and `acquire_verdict` are the one lease
 -- decision (contract section 8) of both paths: `domain::fence` asks them in its
 -- lock statement and only words the refusal they name, and the quick_* functions
@@ -37,6 +38,8 @@
 -- setting `orbit.body` for the caller to send (`db::APPLY_PREPARE`, `quick_write`,
 -- `quick_batch`), so the answer a client gets and the stored one are the same bytes
 -- from the same code. The ordinary path calls it from the prepared `orbit_apply`.
+-- A revision reserved by `reserve_revisions` for this orbit in this transaction is
+-- taken instead of advancing the row: the reservation already holds the row's lock.
 CREATE OR REPLACE FUNCTION apply_change(
     p_orbit bigint, p_kind text, p_entity_type text, p_entity_id bigint, p_task bigint,
     p_contributor bigint, p_summary text, p_key bigint, p_status int2, p_body bytea)
@@ -44,16 +47,32 @@ RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_revision bigint;
     v_body text;
+    v_reserved text := current_setting('orbit.reserved', true);
+    v_last bigint;
 BEGIN
-    -- One statement for both (one executor start, not two).
-    WITH bumped AS (
-        UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit RETURNING revision)
-    INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
-                         contributor_id, summary, created_at)
-    SELECT p_orbit, bumped.revision, p_kind, p_entity_type, p_entity_id, p_task,
-           p_contributor, p_summary, clock_timestamp()
-    FROM bumped
-    RETURNING revision INTO STRICT v_revision;
+    IF v_reserved IS NOT NULL AND v_reserved <> ''
+       AND split_part(v_reserved, ':', 1)::bigint = p_orbit THEN
+        v_revision := split_part(v_reserved, ':', 2)::bigint;
+        v_last := split_part(v_reserved, ':', 3)::bigint;
+        v_reserved := set_config('orbit.reserved',
+            CASE WHEN v_revision < v_last
+                 THEN p_orbit || ':' || (v_revision + 1) || ':' || v_last ELSE '' END,
+            true);
+        INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
+                             contributor_id, summary, created_at)
+        VALUES (p_orbit, v_revision, p_kind, p_entity_type, p_entity_id, p_task,
+                p_contributor, p_summary, clock_timestamp());
+    ELSE
+        -- One statement for both (one executor start, not two).
+        WITH bumped AS (
+            UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit RETURNING revision)
+        INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
+                             contributor_id, summary, created_at)
+        SELECT p_orbit, bumped.revision, p_kind, p_entity_type, p_entity_id, p_task,
+               p_contributor, p_summary, clock_timestamp()
+        FROM bumped
+        RETURNING revision INTO STRICT v_revision;
+    END IF;
     v_body := replace(convert_from(p_body, 'UTF8'),
         '"orbit_revision":-9223372036854775807', '"orbit_revision":' || v_revision);
     IF p_key IS NOT NULL THEN
@@ -64,6 +83,44 @@ BEGIN
     -- An assignment, not PERFORM: PL/pgSQL evaluates it without starting the executor.
     v_body := set_config('orbit.body', v_body, false);
     RETURN v_revision;
+END $$;
+
+-- A group that applies `p_count` changes to one orbit in a row takes their
+-- revisions at once: one new version of the orbit's row instead of one a change.
+-- (A hot orbit's row is updated by every write; at thousands a second its dead
+-- versions outran pruning, and every lookup of the row, each foreign-key check of
+-- an insert into the orbit among them, walked them: docs/PERFORMANCE.md, "The hot
+-- orbit's row".) The reservation lives in the transaction-local setting
+-- `orbit.reserved` (`orbit:next:last`), which `apply_change` takes from in order;
+-- the caller applies exactly `p_count` changes to the orbit next, in the same
+-- statement, and `revisions_spent` checks that none is left. A count under two
+-- reserves nothing. Returns the last reserved revision.
+CREATE OR REPLACE FUNCTION reserve_revisions(p_orbit bigint, p_count int)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_last bigint;
+    v_set text;
+BEGIN
+    PERFORM revisions_spent();
+    IF p_count < 2 THEN
+        RETURN NULL;
+    END IF;
+    UPDATE orbits SET revision = revision + p_count WHERE id = p_orbit
+    RETURNING revision INTO STRICT v_last;
+    v_set := set_config('orbit.reserved',
+        p_orbit || ':' || (v_last - p_count + 1) || ':' || v_last, true);
+    RETURN v_last;
+END $$;
+
+-- Raises when a reservation of `reserve_revisions` is not used up: its revisions
+-- would be a gap in the orbit's changes. Returns true.
+CREATE OR REPLACE FUNCTION revisions_spent() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(current_setting('orbit.reserved', true), '') <> '' THEN
+        RAISE EXCEPTION 'reserved revisions left unapplied: %',
+            current_setting('orbit.reserved');
+    END IF;
+    RETURN true;
 END $$;
 
 -- The one place an Idempotency-Key is claimed (`Gate::claim` calls it, and so do the
@@ -571,6 +628,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_done quick_effect[] := '{}';
     v_effect quick_effect;
+    v_orbit bigint;
     v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     -- A write of a group does not wait for a lock another transaction holds (its
@@ -598,12 +656,19 @@ BEGIN
     END LOOP;
     PERFORM set_config('lock_timeout', v_lock_timeout, true);
     FOR v_effect IN SELECT * FROM unnest(v_done) ORDER BY orbit, idx LOOP
+        IF v_effect.orbit IS DISTINCT FROM v_orbit THEN
+            -- The orbit's applies follow one another: their revisions at once.
+            v_orbit := v_effect.orbit;
+            PERFORM reserve_revisions(v_orbit,
+                (SELECT count(*)::int FROM unnest(v_done) d WHERE d.orbit = v_orbit));
+        END IF;
         out_index := v_effect.idx;
         out_orbit := v_effect.orbit;
         out_revision := quick_apply(v_effect);
         out_body := current_setting('orbit.body');
         RETURN NEXT;
     END LOOP;
+    PERFORM revisions_spent();
 END $$;
 
 -- Webhook delivery (contract section 15, `domain::webhooks::deliver`,

@@ -369,18 +369,21 @@ pub const APPLY_PREPARE: &str = "PREPARE orbit_apply \
 /// orbit_apply(...)` in one message with the COMMIT ([`Closing::statement`]); a
 /// write group sends all of its closings in one statement ([`apply_all`]).
 #[derive(Debug, Clone)]
-pub struct Closing(String);
+pub struct Closing {
+    orbit: i64,
+    args: String,
+}
 
 impl Closing {
     /// `args`: `(orbit, kind, entity_type, entity, task, contributor, summary, key,
-    /// status, body)` as literals.
-    pub fn of_args(args: String) -> Closing {
-        Closing(args)
+    /// status, body)` as literals; `orbit` the first of them.
+    pub fn of_args(orbit: i64, args: String) -> Closing {
+        Closing { orbit, args }
     }
 
     /// The statement that applies the change alone.
     pub fn statement(&self) -> String {
-        format!("EXECUTE orbit_apply{}", self.0)
+        format!("EXECUTE orbit_apply{}", self.args)
     }
 }
 
@@ -409,13 +412,30 @@ struct AppliedAt {
 /// what each took, in the same order. Each is read as `orbit_apply` reads it (the
 /// subquery runs `apply_change` before its row reads the body it left); the
 /// branches of a `UNION ALL` run one after the other. An error applies none of them.
+/// Closings that all name one orbit take their revisions at once first
+/// (`reserve_revisions`: one new version of the orbit's row for the group), and a
+/// last branch checks that every reserved revision was applied.
 pub fn apply_all(
     conn: &mut PgConnection,
     closings: &[&Closing],
 ) -> diesel::QueryResult<Vec<Applied>> {
     use diesel::RunQueryDsl;
     use std::fmt::Write as _;
-    let mut sql = String::with_capacity(closings.iter().map(|c| c.0.len() + 140).sum());
+    let mut sql = String::with_capacity(closings.iter().map(|c| c.args.len() + 140).sum());
+    let one_orbit = match closings {
+        [first, rest @ ..] if !rest.is_empty() && rest.iter().all(|c| c.orbit == first.orbit) => {
+            Some(first.orbit)
+        }
+        _ => None,
+    };
+    if let Some(orbit) = one_orbit {
+        let _ = write!(
+            sql,
+            "SELECT -1 AS i, reserve_revisions({orbit}, {}) AS revision, '' AS body \
+             UNION ALL ",
+            closings.len()
+        );
+    }
     for (i, closing) in closings.iter().enumerate() {
         if i > 0 {
             sql.push_str(" UNION ALL ");
@@ -424,10 +444,14 @@ pub fn apply_all(
             sql,
             "SELECT {i} AS i, a.r AS revision, current_setting('orbit.body') AS body \
              FROM (SELECT apply_change{} AS r OFFSET 0) a",
-            closing.0
+            closing.args
         );
     }
+    if one_orbit.is_some() {
+        sql.push_str(" UNION ALL SELECT -2, 0, '' WHERE NOT revisions_spent()");
+    }
     let mut rows: Vec<AppliedAt> = diesel::sql_query(sql).load(conn)?;
+    rows.retain(|r| r.i >= 0);
     rows.sort_by_key(|r| r.i);
     if rows.len() != closings.len() || rows.iter().enumerate().any(|(i, r)| r.i as usize != i) {
         return Err(diesel::result::Error::QueryBuilderError(

@@ -113,7 +113,7 @@ pub fn closing(change: &Pending, response: Response<'_>) -> Result<Closing, Stri
     let _ = write!(sql, ", {}, {status}::int2, '\\x", opt(key_id));
     sql.push_str(&hex::encode(body));
     sql.push_str("'::bytea)");
-    Ok(Closing::of_args(sql))
+    Ok(Closing::of_args(change.orbit_id, sql))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use diesel::PgConnection;
 
-use crate::harness::{sql_i64, RowLock, TestApp};
+use crate::harness::{count_orbit_row_updates, orbit_row_updates, sql_i64, RowLock, TestApp};
 use crate::work::release;
 
 /// How long a test waits for the state it steers the service into.
@@ -81,6 +81,8 @@ async fn writes_that_queue_on_one_orbit_commit_together() {
         &format!("SELECT revision AS n FROM orbits WHERE id = {orbit}"),
     );
 
+    count_orbit_row_updates(&app.db);
+
     // Hold the orbit's row: the lane's first write waits on it.
     let lock = RowLock::on(&app.db, "orbits", orbit, "UPDATE");
     let first = app.post_keyed(&path, &agents[0].token, json!({"title": "first"}));
@@ -132,6 +134,11 @@ async fn writes_that_queue_on_one_orbit_commit_together() {
     revisions.sort_unstable();
     let expected: Vec<i64> = (revision_before + 1..=revision_before + 15).collect();
     assert_eq!(revisions, expected, "one dense revision per accepted write");
+    assert_eq!(
+        orbit_row_updates(&mut monitor, orbit),
+        2,
+        "the first write's own update, then one for the group's fourteen changes"
+    );
     assert_eq!(
         sql_i64(
             &mut monitor,

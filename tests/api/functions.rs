@@ -72,3 +72,91 @@ async fn every_start_reapplies_the_sql_functions() {
     assert_eq!(task.status, 201, "{}", task.text);
     assert_eq!(task.json["data"]["orbit_revision"], 2, "{}", task.text);
 }
+
+/// `reserve_revisions` takes a group's revisions of one orbit with one update of its
+/// row; `apply_change` hands them out in order (and advances another orbit's row
+/// itself), and `revisions_spent` refuses a reservation left unapplied.
+#[actix_web::test]
+async fn a_reservation_takes_a_groups_revisions_with_one_update() {
+    use diesel::connection::SimpleConnection;
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let (a, b) = (
+        app.orbit(&owner, "reserved").await,
+        app.orbit(&owner, "other").await,
+    );
+    crate::harness::count_orbit_row_updates(&app.db);
+    let mut conn = app.db.conn();
+    let revision = |conn: &mut diesel::PgConnection, orbit: i64| {
+        sql_i64(
+            conn,
+            &format!("SELECT revision AS n FROM orbits WHERE id = {orbit}"),
+        )
+    };
+    let (rev_a, rev_b) = (revision(&mut conn, a), revision(&mut conn, b));
+    let apply = |orbit: i64| {
+        format!(
+            "SELECT apply_change({orbit}, 'test.change', 'test', 1, NULL, {}, 'test', \
+             NULL, 0::int2, convert_to('{{\"orbit_revision\":-9223372036854775807}}', \
+             'UTF8')) AS n",
+            owner.id
+        )
+    };
+
+    conn.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        sql_i64(&mut conn, &format!("SELECT reserve_revisions({a}, 3) AS n")),
+        rev_a + 3
+    );
+    assert_eq!(sql_i64(&mut conn, &apply(a)), rev_a + 1);
+    assert_eq!(
+        sql_i64(&mut conn, &apply(b)),
+        rev_b + 1,
+        "another orbit's own"
+    );
+    assert_eq!(sql_i64(&mut conn, &apply(a)), rev_a + 2);
+    let filled = format!(
+        "SELECT (current_setting('orbit.body') = '{{\"orbit_revision\":{}}}')::int::int8 AS n",
+        rev_a + 2
+    );
+    assert_eq!(
+        sql_i64(&mut conn, &filled),
+        1,
+        "the body gets the reserved revision"
+    );
+    assert_eq!(sql_i64(&mut conn, &apply(a)), rev_a + 3);
+    assert_eq!(
+        sql_i64(&mut conn, "SELECT revisions_spent()::int::int8 AS n"),
+        1
+    );
+    // Spent: the next change advances the row again.
+    assert_eq!(sql_i64(&mut conn, &apply(a)), rev_a + 4);
+    conn.batch_execute("COMMIT").unwrap();
+    assert_eq!(revision(&mut conn, a), rev_a + 4);
+    assert_eq!(
+        sql_i64(
+            &mut conn,
+            &format!(
+                "SELECT count(*) AS n FROM changes WHERE orbit_id = {a} AND revision > {rev_a}"
+            )
+        ),
+        4,
+        "dense: one change a revision"
+    );
+    assert_eq!(crate::harness::orbit_row_updates(&mut conn, a), 2);
+    assert_eq!(crate::harness::orbit_row_updates(&mut conn, b), 1);
+
+    // A reservation not used up is refused, and the transaction leaves nothing.
+    conn.batch_execute("BEGIN").unwrap();
+    sql_i64(&mut conn, &format!("SELECT reserve_revisions({a}, 2) AS n"));
+    sql_i64(&mut conn, &apply(a));
+    let left = diesel::sql_query("SELECT revisions_spent()").execute(&mut conn);
+    assert!(
+        left.is_err_and(|e| e.to_string().contains("reserved revisions left unapplied")),
+        "an unspent reservation is refused"
+    );
+    conn.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(revision(&mut conn, a), rev_a + 4);
+    // The reservation ended with its transaction.
+    assert_eq!(sql_i64(&mut conn, &apply(a)), rev_a + 5);
+}

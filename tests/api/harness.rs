@@ -465,6 +465,31 @@ pub fn sql_i64(conn: &mut PgConnection, sql: &str) -> i64 {
         .n
 }
 
+/// Counts, from now on, the updates of each orbit's row (every new version of it),
+/// with a trigger this test adds to its own database; read with
+/// [`orbit_row_updates`]. A write advances its orbit's revision by updating the
+/// row; a group takes its writes' revisions with one update (`reserve_revisions`).
+pub fn count_orbit_row_updates(db: &TestDb) {
+    use diesel::connection::SimpleConnection;
+    db.conn()
+        .batch_execute(
+            "CREATE TABLE test_orbit_updates (orbit_id bigint NOT NULL); \
+             CREATE FUNCTION test_count_orbit_update() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN INSERT INTO test_orbit_updates VALUES (NEW.id); RETURN NULL; END $$; \
+             CREATE TRIGGER test_count_orbit_update AFTER UPDATE ON orbits \
+             FOR EACH ROW EXECUTE FUNCTION test_count_orbit_update();",
+        )
+        .expect("add the orbit-update counter");
+}
+
+/// The updates of `orbit`'s row since [`count_orbit_row_updates`].
+pub fn orbit_row_updates(conn: &mut PgConnection, orbit: i64) -> i64 {
+    sql_i64(
+        conn,
+        &format!("SELECT count(*) AS n FROM test_orbit_updates WHERE orbit_id = {orbit}"),
+    )
+}
+
 /// A row lock (on one task, or any row: [`RowLock::on`]), held by a connection of
 /// the test until released (or dropped, which rolls it back).
 pub struct RowLock {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::{Agent, Resp, RowLock, TestApp};
+use crate::harness::{count_orbit_row_updates, orbit_row_updates, Agent, Resp, RowLock, TestApp};
 use crate::work::{crew, task};
 
 /// `(done, declined)` from `/metrics`.
@@ -558,6 +558,7 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
         crate::work::orbit_revision(&app, c.orbit).await,
         crate::work::orbit_revision(&app, b.orbit).await,
     );
+    count_orbit_row_updates(&app.db);
     let groups = "orbit_quick_write_groups_total";
     let [groups0] = app.metrics([groups]).await;
     let counts0 = quick_counts(&app).await;
@@ -722,6 +723,11 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
         feed(b.orbit, rev_b).await,
         vec![(rev_b + 1, "checkpoint.created".to_owned())]
     );
+    // A's four changes of the group took their revisions with one update of its
+    // row (the blocked write alone took one more); B's one change, one.
+    let mut conn = app.db.conn();
+    assert_eq!(orbit_row_updates(&mut conn, c.orbit), 2);
+    assert_eq!(orbit_row_updates(&mut conn, b.orbit), 1);
 }
 
 #[tokio::test]
