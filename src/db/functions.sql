@@ -48,31 +48,28 @@ DECLARE
     v_revision bigint;
     v_body text;
     v_reserved text := current_setting('orbit.reserved', true);
+    v_next bigint;
     v_last bigint;
 BEGIN
     IF v_reserved IS NOT NULL AND v_reserved <> ''
        AND split_part(v_reserved, ':', 1)::bigint = p_orbit THEN
-        v_revision := split_part(v_reserved, ':', 2)::bigint;
+        v_next := split_part(v_reserved, ':', 2)::bigint;
         v_last := split_part(v_reserved, ':', 3)::bigint;
         v_reserved := set_config('orbit.reserved',
-            CASE WHEN v_revision < v_last
-                 THEN p_orbit || ':' || (v_revision + 1) || ':' || v_last ELSE '' END,
+            CASE WHEN v_next < v_last
+                 THEN p_orbit || ':' || (v_next + 1) || ':' || v_last ELSE '' END,
             true);
-        INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
-                             contributor_id, summary, created_at)
-        VALUES (p_orbit, v_revision, p_kind, p_entity_type, p_entity_id, p_task,
-                p_contributor, p_summary, clock_timestamp());
-    ELSE
-        -- One statement for both (one executor start, not two).
-        WITH bumped AS (
-            UPDATE orbits SET revision = revision + 1 WHERE id = p_orbit RETURNING revision)
-        INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
-                             contributor_id, summary, created_at)
-        SELECT p_orbit, bumped.revision, p_kind, p_entity_type, p_entity_id, p_task,
-               p_contributor, p_summary, clock_timestamp()
-        FROM bumped
-        RETURNING revision INTO STRICT v_revision;
     END IF;
+    -- One statement for both (one executor start, not two); with a reserved
+    -- revision the row is not updated.
+    WITH bumped AS (
+        UPDATE orbits SET revision = revision + 1
+        WHERE id = p_orbit AND v_next IS NULL RETURNING revision)
+    INSERT INTO changes (orbit_id, revision, kind, entity_type, entity_id, task_id,
+                         contributor_id, summary, created_at)
+    SELECT p_orbit, coalesce(v_next, (SELECT revision FROM bumped)), p_kind, p_entity_type,
+           p_entity_id, p_task, p_contributor, p_summary, clock_timestamp()
+    RETURNING revision INTO STRICT v_revision;
     v_body := replace(convert_from(p_body, 'UTF8'),
         '"orbit_revision":-9223372036854775807', '"orbit_revision":' || v_revision);
     IF p_key IS NOT NULL THEN
