@@ -58,7 +58,8 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(0..=8))]
     pub read_lanes: u32,
 
-    /// Whether the lease cycle's successful writes run as one-statement quick writes
+    /// Whether the successful case of the lease cycle, of plain task and contribution
+    /// creation and of a revision runs as a one-statement quick write
     /// (docs/MECHANISMS.md, "Quick writes"). Off, they run the ordinary path, in
     /// its write groups, like every other write.
     #[arg(long, env = "ORBIT_QUICK_WRITES", default_value_t = true,

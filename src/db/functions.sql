@@ -19,8 +19,10 @@
 -- and the last-used rule both paths read; `lease_is_active` and `lease_end_reason`
 -- how a lease reads (the store's lease columns, the task's active lease);
 -- `task_insert` and `contribution_insert` are the one insert of each for both
--- paths. The quick_* functions run the successful case of the lease cycle, and of
--- task and contribution creation with nothing to check, in groups (`perf::quick`, docs/MECHANISMS.md "Quick writes") and decline
+-- paths, `contribution_revise` the one write of a next revision. The quick_*
+-- functions run the successful case of the lease cycle, of task and contribution
+-- creation with nothing to check, and of a revision, in groups (`perf::quick`,
+-- docs/MECHANISMS.md "Quick writes") and decline
 -- (`quick_declined`) everything else to the ordinary path. A decline decides
 -- nothing: it only sends the write to the ordinary path, which asks the same
 -- verdict. They render nothing: the response body and the change of a quick write
@@ -252,8 +254,11 @@ DROP FUNCTION IF EXISTS json_actor(contributors);
 -- (`domain::marks::Marks::rendered`: `p_body`, and `p_outcome` with the status, the
 -- change's kind, entity_type, entity_id, task_id and summary, and `fill`), each
 -- mark of `fill` replaced by the value of the column it names in `p_row`, the row
--- the write wrote: a number as its digits, a timestamp as `json_ts` writes it, NULL
--- as `null`. It knows no field of any body: `fill` says what goes where. (The
+-- the write wrote: a number as its digits, a timestamp as `json_ts` writes it, a
+-- text as a JSON string (jsonb escapes as serde_json does), NULL as `null`. The text
+-- marks come last in `fill`, so no mark is looked for inside a text filled in; a
+-- text holding U+0001, of which those marks are made, declines (it could form one).
+-- It knows no field of any body: `fill` says what goes where. (The
 -- change's entity, task and summary are filled as one text joined by U+0001,
 -- which none of them holds; one loop of plain expressions, no query per mark:
 -- a quarter of the time of a loop over `jsonb_array_elements` per text.)
@@ -276,16 +281,21 @@ BEGIN
         v_value := p_row -> (v_mark ->> 'column');
         v_text := CASE
             WHEN v_value IS NULL OR jsonb_typeof(v_value) = 'null' THEN 'null'
-            WHEN (v_mark ->> 'time')::boolean
+            WHEN v_mark ->> 'kind' = 'time'
                 THEN '"' || json_ts((v_value #>> '{}')::timestamptz) || '"'
+            WHEN v_mark ->> 'kind' = 'text' THEN v_value::text
             ELSE v_value #>> '{}'
         END;
+        IF v_mark ->> 'kind' = 'text' AND strpos(v_text, '\u0001') > 0 THEN
+            RAISE EXCEPTION 'quick_declined';
+        END IF;
         v_change := replace(v_change, v_mark ->> 'mark', v_text);
         v_body := replace(v_body, v_mark ->> 'mark', v_text);
     END LOOP;
     v_parts := string_to_array(v_change, chr(1));
     RETURN ROW(NULL, p_orbit, p_outcome ->> 'kind', p_outcome ->> 'entity_type',
-        v_parts[1]::bigint, nullif(v_parts[2], '')::bigint, p_caller, v_parts[3],
+        v_parts[1]::bigint, nullif(nullif(v_parts[2], ''), 'null')::bigint, p_caller,
+        v_parts[3],
         p_key, (p_outcome ->> 'status')::int2, v_body)::quick_effect;
 END $$;
 
@@ -365,6 +375,34 @@ BEGIN
                                         created_at)
     VALUES (v_contribution.id, 1, v_contribution.title, v_contribution.body,
             v_contribution.artifact_ids, v_contribution.created_at);
+    RETURN v_contribution;
+END $$;
+
+-- The one write of a contribution's next revision (`store::contributions::insert_revision`
+-- and the quick revision): revision `p_revision + 1` of contribution `p_id`, if
+-- `p_revision` is still its current one, made current with no assessments; a NULL
+-- title, body or artifacts keep the current revision's. The immutable revision row
+-- is written beside it, both stamped with one reading of the clock. Returns the
+-- contribution as revised, or NULL when `p_revision` is not current.
+CREATE OR REPLACE FUNCTION contribution_revise(
+    p_id bigint, p_revision bigint, p_title text, p_body text, p_artifacts bigint[])
+RETURNS contributions LANGUAGE plpgsql AS $$
+DECLARE
+    v_contribution contributions;
+BEGIN
+    UPDATE contributions c SET revision = c.revision + 1,
+        title = coalesce(p_title, c.title), body = coalesce(p_body, c.body),
+        artifact_ids = coalesce(p_artifacts, c.artifact_ids), updated_at = clock_timestamp(),
+        supports = 0, disputes = 0, inconclusive = 0, needs_work = 0
+    WHERE c.id = p_id AND c.revision = p_revision
+    RETURNING * INTO v_contribution;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO contribution_revisions (contribution_id, revision, title, body, artifact_ids,
+                                        created_at)
+    VALUES (v_contribution.id, v_contribution.revision, v_contribution.title,
+            v_contribution.body, v_contribution.artifact_ids, v_contribution.updated_at);
     RETURN v_contribution;
 END $$;
 
@@ -540,11 +578,45 @@ BEGIN
                          p_outcome);
 END $$;
 
+-- POST /api/v1/contributions/{contribution}/revisions
+-- (`api::contributions::revise_contribution`) by the author, a member, with no
+-- artifacts in the request, of a contribution with no problem (whose counters the
+-- ordinary path adjusts) and no artifacts: revision `p_base + 1` if `p_base` is
+-- current. `p_title` and `p_body` are NULL when the request leaves them out.
+CREATE OR REPLACE FUNCTION quick_revise_effect(
+    p_token bigint, p_contribution bigint, p_base bigint, p_title text, p_text text,
+    p_scope text, p_key text, p_fingerprint text, p_retention int,
+    p_body text, p_outcome jsonb)
+RETURNS quick_effect LANGUAGE plpgsql AS $$
+DECLARE
+    v_caller contributors := quick_caller(p_token);
+    v_orbit bigint;
+    v_key bigint;
+    v_contribution contributions;
+BEGIN
+    SELECT c.orbit_id INTO v_orbit FROM contributions c
+    WHERE c.id = p_contribution AND c.author_id = v_caller.id AND c.problem_id IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_key := quick_orbit_key(v_caller.id, v_orbit, p_scope, p_key, p_fingerprint,
+                             p_retention);
+    v_contribution := contribution_revise(p_contribution, p_base, p_title, p_text, NULL);
+    IF v_contribution.id IS NULL OR cardinality(v_contribution.artifact_ids) > 0 THEN
+        RAISE EXCEPTION 'quick_declined';
+    END IF;
+    v_contribution.search := NULL;
+    RETURN quick_outcome(v_orbit, v_caller.id, v_key, to_jsonb(v_contribution), p_body,
+                         p_outcome);
+END $$;
+
 -- One quick write's effect, by kind (`p_call`: 1 acquire, 2 checkpoint, 3 release,
--- 4 task creation, 5 contribution creation; `p_target` the task, the lease of a
--- release, or the orbit of a creation; `p_number` the lease's seconds, or the lease
--- version; the three texts a checkpoint's summary, state and hash, a task's title
--- and description, or a contribution's title, body and kind).
+-- 4 task creation, 5 contribution creation, 6 revision; `p_target` the task, the
+-- lease of a release, the orbit of a creation, or the contribution of a revision;
+-- `p_number` the lease's seconds, the lease version, or the base revision; the
+-- three texts a checkpoint's summary, state and hash, a task's title and
+-- description, a contribution's title, body and kind, or a revision's title and
+-- body and which of them the request gives: `t`, `b`, both or neither).
 CREATE OR REPLACE FUNCTION quick_effect_of(
     p_call int2, p_token bigint, p_target bigint, p_number bigint,
     p_summary text, p_state text, p_hash text,
@@ -565,6 +637,11 @@ BEGIN
     ELSIF p_call = 5 THEN
         RETURN quick_contribution_create_effect(p_token, p_target, p_hash, p_summary,
             p_state, p_scope, p_key, p_fingerprint, p_retention, p_body, p_outcome::jsonb);
+    ELSIF p_call = 6 THEN
+        RETURN quick_revise_effect(p_token, p_target, p_number,
+            CASE WHEN strpos(p_hash, 't') > 0 THEN p_summary END,
+            CASE WHEN strpos(p_hash, 'b') > 0 THEN p_state END,
+            p_scope, p_key, p_fingerprint, p_retention, p_body, p_outcome::jsonb);
     ELSIF p_call = 3 THEN
         RETURN quick_release_effect(p_token, p_target, p_number,
             p_scope, p_key, p_fingerprint, p_retention, p_body, p_outcome::jsonb);

@@ -340,15 +340,64 @@ pub fn revise(
     contribution.orbit_revision = Some(gate.record(
         head.orbit_id,
         caller.id(),
-        Change {
-            kind: "contribution.revised",
-            entity_type: "contribution",
-            entity_id: id,
-            task_id: head.task_id,
-            summary: format!("contribution {id} revised to revision {new_revision}"),
-        },
+        revised(id, head.task_id, new_revision),
     )?);
     Reply::created(&contribution, head.orbit_id)
+}
+
+/// The next revision as a quick write (`perf::quick`), when the request names no
+/// artifacts (the ordinary path checks those): answered as [`revise`] answers it,
+/// with marks for what the statement reads or chooses (the fields the revision
+/// keeps, the orbit, the task, the times). The statement declines a contribution
+/// with a problem (the ordinary path adjusts its counters) or with artifacts, a
+/// caller who is not its author, and a base revision that is not current.
+pub fn quick_revise(id: i64, value: &ReviseContribution) -> Option<Quick> {
+    if value.artifact_ids.is_some() {
+        return None;
+    }
+    let (title, body) = (value.title.clone(), value.body.clone());
+    let revision = value.base_revision + 1;
+    Some(Quick {
+        call: QuickCall::Revise {
+            contribution_id: id,
+            base_revision: value.base_revision,
+            title: title.clone(),
+            body: body.clone(),
+        },
+        render: Box::new(move |actor| {
+            let mut marks = Marks::default();
+            let task_id = marks.number("task_id");
+            let contribution = Contribution {
+                id,
+                orbit_id: marks.number("orbit_id"),
+                kind: marks.text("kind"),
+                revision,
+                title: title.unwrap_or_else(|| marks.text("title")),
+                body: body.unwrap_or_else(|| marks.text("body")),
+                author: actor.clone(),
+                problem_id: None,
+                task_id: Some(task_id),
+                artifact_ids: Vec::new(),
+                verdict_counts: VerdictCounts::default(),
+                created_at: marks.time("created_at"),
+                updated_at: marks.time("updated_at"),
+                orbit_revision: Some(PENDING),
+            };
+            let reply = Reply::new(StatusCode::CREATED, &contribution, None).ok()?;
+            marks.rendered(reply, revised(id, Some(task_id), revision))
+        }),
+    })
+}
+
+/// The change of a contribution's next revision.
+fn revised(id: i64, task_id: Option<i64>, revision: i64) -> Change<'static> {
+    Change {
+        kind: "contribution.revised",
+        entity_type: "contribution",
+        entity_id: id,
+        task_id,
+        summary: format!("contribution {id} revised to revision {revision}"),
+    }
 }
 
 /// A contribution at its current revision (REST and MCP).

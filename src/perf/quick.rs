@@ -1,13 +1,14 @@
-//! Quick writes: the successful case of a lease-cycle write, or of a plain task or
-//! contribution creation, in one statement.
+//! Quick writes: the successful case of a lease-cycle write, of a plain task or
+//! contribution creation, or of a contribution's revision, in one statement.
 //!
 //! A lease acquire, a checkpoint or a release through the ordinary path (`domain::write::run`)
 //! is about nine round trips to the database (BEGIN, token, membership, key claim,
 //! task lock, the read after it, the effect, the closing statement with COMMIT, the
-//! revision), a creation four to six, and on a small machine the context switches
-//! of those round trips are most of a write's CPU. For these five writes (a
-//! creation only in an orbit named by its id, with no problem, task or artifacts to
-//! check), `domain::write::run` first runs a
+//! revision), a creation or a revision four to six, and on a small machine the
+//! context switches of those round trips are most of a write's CPU. For these six
+//! writes (a creation only in an orbit named by its id, with no problem, task or
+//! artifacts to check; a revision with no artifacts, of a contribution with no
+//! problem or artifacts), `domain::write::run` first runs a
 //! database function (`quick_*` in src/db/functions.sql) that does the same
 //! statements, in the same lock order, as part of one statement, and returns the
 //! response body with the revision it took. The body and the change are rendered by
@@ -19,12 +20,12 @@
 //!
 //! The functions decide nothing of their own. They ask the same database functions
 //! as the ordinary path: `lease_verdict` and `acquire_verdict` (the lease decision,
-//! which `domain::fence` words), `member_role`, `token_use_due`, `claim_key`, and
-//! the inserts `task_insert` and `contribution_insert`.
+//! which `domain::fence` words), `member_role`, `token_use_due`, `claim_key`, the
+//! inserts `task_insert` and `contribution_insert`, and `contribution_revise`.
 //! When the verdict is not a plain yes, or anything else might apply (a key seen
 //! before, an open lease to end, a pending handoff to supersede, a token whose use
 //! is due to be recorded, a token this instance has not verified yet, artifacts to
-//! check...) the function raises `quick_declined`, its subtransaction rolls back
+//! check, a revision by someone else or from a base that moved on...) the function raises `quick_declined`, its subtransaction rolls back
 //! having changed nothing, and once the group has committed the write runs through
 //! the ordinary path, which asks the same verdict and words the refusal. The
 //! integration tests compare each quick response, byte for byte, with the ordinary
@@ -74,6 +75,14 @@ pub enum QuickCall {
         title: String,
         body: String,
     },
+    /// `POST /api/v1/contributions/{contribution}/revisions` with no artifacts;
+    /// `None`: the field is left out (the base revision's value is kept).
+    Revise {
+        contribution_id: i64,
+        base_revision: i64,
+        title: Option<String>,
+        body: Option<String>,
+    },
 }
 
 /// The Idempotency-Key a quick write claims, exactly as `Gate::claim` would.
@@ -110,15 +119,20 @@ impl QuickCall {
             QuickCall::Release { lease_id, .. } => [*lease_id],
             QuickCall::CreateTask { orbit_id, .. }
             | QuickCall::CreateContribution { orbit_id, .. } => [*orbit_id],
+            QuickCall::Revise {
+                contribution_id, ..
+            } => [*contribution_id],
         }
     }
 
     /// The arguments of `quick_effect_of` (src/db/functions.sql) after the token: the
     /// kind (1 acquire, 2 checkpoint, 3 release, 4 task creation, 5 contribution
-    /// creation), the task (the lease of a release, the orbit of a creation), the
-    /// lease's seconds (the lease version, 0 for a creation), and three texts: the
+    /// creation, 6 revision), the task (the lease of a release, the orbit of a
+    /// creation, the contribution of a revision), the lease's seconds (the lease
+    /// version, the base revision, 0 for a creation), and three texts: the
     /// checkpoint's summary, canonical state and hash, the task's title and
-    /// description, or the contribution's title, body and kind (empty otherwise).
+    /// description, the contribution's title, body and kind, or the revision's title
+    /// and body and which of them it gives (`t`, `b`; empty otherwise).
     fn args(&self) -> (i16, i64, i64, &str, &str, &str) {
         match self {
             QuickCall::Acquire { task_id, seconds } => (1, *task_id, *seconds, "", "", ""),
@@ -144,6 +158,22 @@ impl QuickCall {
                 title,
                 body,
             } => (5, *orbit_id, 0, title, body, kind),
+            QuickCall::Revise {
+                contribution_id,
+                base_revision,
+                title,
+                body,
+            } => {
+                let given = match (title.is_some(), body.is_some()) {
+                    (true, true) => "tb",
+                    (true, false) => "t",
+                    (false, true) => "b",
+                    (false, false) => "",
+                };
+                let (title, body) = (title.as_deref(), body.as_deref());
+                let (title, body) = (title.unwrap_or_default(), body.unwrap_or_default());
+                (6, *contribution_id, *base_revision, title, body, given)
+            }
         }
     }
 }

@@ -614,7 +614,9 @@ pub fn insert_many(
 }
 
 /// Writes revision `head.revision + 1` (absent fields keep the current revision's
-/// values) and makes it current with no assessments. The caller holds `lock`.
+/// values) and makes it current with no assessments, by `contribution_revise`
+/// (src/db/functions.sql), the write the quick revision runs too. The caller holds
+/// `lock`. Returns the new revision.
 pub fn insert_revision(
     conn: &mut PgConnection,
     head: &ContributionHead,
@@ -622,28 +624,20 @@ pub fn insert_revision(
     body: Option<&str>,
     artifact_ids: Option<&[i64]>,
 ) -> QueryResult<i64> {
-    crate::db::sql(
-        "WITH t AS (SELECT clock_timestamp() AS now), \
-         c AS ( \
-             UPDATE contributions c SET revision = c.revision + 1, \
-                 title = COALESCE($3, c.title), body = COALESCE($4, c.body), \
-                 artifact_ids = COALESCE($5, c.artifact_ids), updated_at = t.now, \
-                 supports = 0, disputes = 0, inconclusive = 0, needs_work = 0 \
-             FROM t WHERE c.id = $1 AND c.revision = $2 \
-             RETURNING c.id, c.revision, c.title, c.body, c.artifact_ids, c.updated_at \
-         ) \
-         INSERT INTO contribution_revisions (contribution_id, revision, title, body, \
-                                             artifact_ids, created_at) \
-         SELECT c.id, c.revision, c.title, c.body, c.artifact_ids, c.updated_at FROM c \
-         RETURNING revision AS id",
-    )
-    .bind::<BigInt, _>(head.id)
-    .bind::<BigInt, _>(head.revision)
-    .bind::<Nullable<Text>, _>(title)
-    .bind::<Nullable<Text>, _>(body)
-    .bind::<Nullable<Array<BigInt>>, _>(artifact_ids)
-    .get_result::<Id>(conn)
-    .map(|r| r.id)
+    #[derive(QueryableByName)]
+    struct Revised {
+        #[diesel(sql_type = Nullable<BigInt>)]
+        revision: Option<i64>,
+    }
+    crate::db::sql("SELECT (contribution_revise($1, $2, $3, $4, $5)).revision")
+        .bind::<BigInt, _>(head.id)
+        .bind::<BigInt, _>(head.revision)
+        .bind::<Nullable<Text>, _>(title)
+        .bind::<Nullable<Text>, _>(body)
+        .bind::<Nullable<Array<BigInt>>, _>(artifact_ids)
+        .get_result::<Revised>(conn)?
+        .revision
+        .ok_or(diesel::result::Error::NotFound)
 }
 
 /// Inserts an assessment of one exact revision. Returns its id.

@@ -34,6 +34,28 @@ async fn keyed(app: &TestApp, who: &Agent, path: &str, key: &str, body: Value) -
     app.post_with_key(path, &who.token, key, body).await
 }
 
+/// The orbit's changes after revision `after`, each as the values of `fields`.
+async fn changes_after<const N: usize>(
+    app: &TestApp,
+    orbit: i64,
+    after: i64,
+    fields: [&str; N],
+) -> Vec<[Value; N]> {
+    let feed = app
+        .get(
+            &format!("/api/v1/orbits/{orbit}/changes?after={after}"),
+            None,
+        )
+        .await;
+    assert_eq!(feed.status, 200, "{}", feed.text);
+    feed.json["data"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|ch| fields.map(|f| ch[f].clone()))
+        .collect()
+}
+
 #[tokio::test]
 async fn quick_writes_answer_byte_for_byte_what_the_ordinary_reads_show() {
     let app = TestApp::spawn().await;
@@ -255,45 +277,26 @@ async fn creations_run_the_quick_way_answered_as_the_ordinary_reads_show() {
     assert_eq!((after.0 - before.0, after.1 - before.1), (3, 0));
 
     // Their changes, as the ordinary path words them.
-    let feed = app
-        .get(
-            &format!("/api/v1/orbits/{}/changes?after={rev0}", c.orbit),
-            None,
-        )
-        .await;
-    let seen: Vec<(String, String, i64)> = feed.json["data"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .map(|ch| {
-            (
-                ch["kind"].as_str().unwrap().to_owned(),
-                ch["summary"].as_str().unwrap().to_owned(),
-                ch["entity_id"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let fields = ["kind", "summary", "entity_id"];
     assert_eq!(
-        seen,
+        changes_after(&app, c.orbit, rev0, fields).await,
         vec![
-            (
-                "task.created".into(),
-                format!("task {task_id} created"),
-                task_id
-            ),
-            (
-                "task.created".into(),
-                format!("task {bare_id} created"),
-                bare_id
-            ),
-            (
-                "contribution.created".into(),
-                format!("contribution {note_id} (CLAIM) created"),
-                note_id
-            ),
-        ],
-        "{}",
-        feed.text
+            [
+                json!("task.created"),
+                json!(format!("task {task_id} created")),
+                json!(task_id)
+            ],
+            [
+                json!("task.created"),
+                json!(format!("task {bare_id} created")),
+                json!(bare_id)
+            ],
+            [
+                json!("contribution.created"),
+                json!(format!("contribution {note_id} (CLAIM) created")),
+                json!(note_id)
+            ],
+        ]
     );
 
     // Each key replays its bytes (a key seen before is declined to the ordinary
@@ -352,6 +355,194 @@ async fn creations_run_the_quick_way_answered_as_the_ordinary_reads_show() {
     let last = quick_counts(&app).await;
     assert_eq!((last.0 - replayed.0, last.1 - replayed.1), (0, 2));
     assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, rev);
+}
+
+/// A contribution's next revision by its author, with no artifacts involved, runs
+/// the quick way and answers byte for byte what the ordinary read shows: the
+/// fields it keeps (title, body, kind) filled in from the row, the task it names,
+/// the assessments of the earlier revision not counted. Its change is worded as the
+/// ordinary path words it, and its key replays the same bytes. A stored text
+/// holding U+0001 (what the text marks are made of), a contribution with a problem
+/// or artifacts, another member, and a base that moved on are declined to the
+/// ordinary path, which answers them as ever.
+#[tokio::test]
+async fn revisions_run_the_quick_way_answered_as_the_ordinary_reads_show() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "quick-rev", 2).await;
+    let (a, b) = (&c.members[0], &c.members[1]);
+    let t0 = task(&app, a, c.orbit, "warm").await;
+    app.get("/api/v1/me", Some(&b.token)).await;
+    let contributions = format!("/api/v1/orbits/{}/contributions", c.orbit);
+    let title = "a \"quoted\" title \\ 🚀 مرحبا \u{7f} \n\t end";
+    let made = keyed(
+        &app,
+        a,
+        &contributions,
+        "c-plain",
+        json!({"kind": "CLAIM", "title": title, "body": "first body \u{2}"}),
+    )
+    .await;
+    let on_task = keyed(
+        &app,
+        a,
+        &contributions,
+        "c-task",
+        json!({"kind": "NOTE", "title": "on a task", "body": "b", "task_id": t0}),
+    )
+    .await;
+    let odd = keyed(
+        &app,
+        a,
+        &contributions,
+        "c-odd",
+        json!({"kind": "NOTE", "title": "x\"\u{1}4\u{1}", "body": "b"}),
+    )
+    .await;
+    let (plain, on_task, odd) = (made.created_id(), on_task.created_id(), odd.created_id());
+    let assessed = app
+        .post_keyed(
+            &format!("/api/v1/contributions/{plain}/revisions/1/assessments"),
+            &b.token,
+            json!({"verdict": "SUPPORTS", "rationale": "checked"}),
+        )
+        .await;
+    assert_eq!(assessed.status, 201, "{}", assessed.text);
+    let revise = |id: i64| format!("/api/v1/contributions/{id}/revisions");
+    let read = |id: i64| format!("/api/v1/contributions/{id}");
+    let rev0 = crate::work::orbit_revision(&app, c.orbit).await;
+    let before = quick_counts(&app).await;
+
+    // Body only, title only, both; and a contribution on a task.
+    #[rustfmt::skip]
+    let writes = [
+        (plain, "r-body", json!({"base_revision": 1, "body": "second \"body\" 🚀"})),
+        (plain, "r-title", json!({"base_revision": 2, "title": "new title \\ \u{3}"})),
+        (plain, "r-both", json!({"base_revision": 3, "title": "t4", "body": ""})),
+        (on_task, "r-task", json!({"base_revision": 1})),
+    ];
+    let mut answers = Vec::new();
+    for (n, (id, key, body)) in writes.iter().enumerate() {
+        let r = keyed(&app, a, &revise(*id), key, body.clone()).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(r.json["data"]["orbit_revision"], rev0 + 1 + n as i64);
+        assert_write_is_read_plus_revision(&r, &app.get(&read(*id), None).await);
+        answers.push(r);
+    }
+    let after = quick_counts(&app).await;
+    assert_eq!((after.0 - before.0, after.1 - before.1), (4, 0));
+    assert_eq!(answers[0].json["data"]["title"], title);
+    assert_eq!(answers[0].json["data"]["kind"], "CLAIM");
+    assert_eq!(answers[0].json["data"]["verdict_counts"]["SUPPORTS"], 0);
+    assert_eq!(answers[1].json["data"]["body"], "second \"body\" 🚀");
+    assert_eq!(answers[3].json["data"]["task_id"], t0);
+    assert_eq!(answers[3].json["data"]["revision"], 2);
+    // The revision kept as written, and the assessment stays with revision 1.
+    let kept = app.get(&format!("{}/revisions/2", read(plain)), None).await;
+    assert_eq!(kept.json["data"]["title"], title);
+    assert_eq!(kept.json["data"]["body"], "second \"body\" 🚀");
+    let first = app.get(&format!("{}/revisions/1", read(plain)), None).await;
+    assert_eq!(first.json["data"]["body"], "first body \u{2}");
+
+    // Their changes, as the ordinary path words them, with the task named.
+    let revised = |id: i64, n: i64, task: Value| {
+        [
+            json!("contribution.revised"),
+            json!(format!("contribution {id} revised to revision {n}")),
+            task,
+        ]
+    };
+    assert_eq!(
+        changes_after(&app, c.orbit, rev0, ["kind", "summary", "task_id"]).await,
+        vec![
+            revised(plain, 2, Value::Null),
+            revised(plain, 3, Value::Null),
+            revised(plain, 4, Value::Null),
+            revised(on_task, 2, json!(t0)),
+        ]
+    );
+
+    // A key replays its bytes (declined to the ordinary path, which replays it).
+    let (id, key, body) = &writes[0];
+    let again = keyed(&app, a, &revise(*id), key, body.clone()).await;
+    assert_eq!(again.header("idempotency-replayed"), Some("true"));
+    assert_eq!(again.bytes, answers[0].bytes);
+    let replayed = quick_counts(&app).await;
+    assert_eq!((replayed.0 - after.0, replayed.1 - after.1), (0, 1));
+
+    // A kept title holding U+0001 is declined: this one holds the body's text mark
+    // (the fifth mark of a revision that keeps both), which would be filled again
+    // inside it. The ordinary path answers it, as the read shows.
+    let r = keyed(&app, a, &revise(odd), "r-odd", json!({"base_revision": 1})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_write_is_read_plus_revision(&r, &app.get(&read(odd), None).await);
+    assert_eq!(r.json["data"]["title"], "x\"\u{1}4\u{1}");
+    let odd_done = quick_counts(&app).await;
+    assert_eq!((odd_done.0 - replayed.0, odd_done.1 - replayed.1), (0, 1));
+
+    // A problem to count, another member, a base that moved on: declined, then
+    // decided by the ordinary path; artifacts in the request: the ordinary path's
+    // from the start.
+    let problem = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{}/problems", c.orbit),
+            &a.token,
+            json!({"title": "p", "statement": "s"}),
+        )
+        .await
+        .created_id();
+    let of_problem = keyed(
+        &app,
+        a,
+        &contributions,
+        "c-problem",
+        json!({"kind": "NOTE", "title": "on a problem", "body": "", "problem_id": problem}),
+    )
+    .await
+    .created_id();
+    let counted = quick_counts(&app).await;
+    let r = keyed(
+        &app,
+        a,
+        &revise(of_problem),
+        "r-problem",
+        json!({"base_revision": 1}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_write_is_read_plus_revision(&r, &app.get(&read(of_problem), None).await);
+    let rev = crate::work::orbit_revision(&app, c.orbit).await;
+    keyed(
+        &app,
+        b,
+        &revise(plain),
+        "b-rev",
+        json!({"base_revision": 4, "body": "mine"}),
+    )
+    .await
+    .assert_error(403, "not_author");
+    let stale = keyed(
+        &app,
+        a,
+        &revise(plain),
+        "r-stale",
+        json!({"base_revision": 3, "body": "x"}),
+    )
+    .await;
+    stale.assert_error(409, "revision_conflict");
+    assert_eq!(stale.json["details"]["current_revision"], 4);
+    let last = quick_counts(&app).await;
+    assert_eq!((last.0 - counted.0, last.1 - counted.1), (0, 3));
+    assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, rev);
+    let r = keyed(
+        &app,
+        a,
+        &revise(plain),
+        "r-art",
+        json!({"base_revision": 4, "artifact_ids": []}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(quick_counts(&app).await, last);
 }
 
 /// A quick write's body is rendered by the service with marks that the statement

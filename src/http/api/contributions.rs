@@ -136,13 +136,18 @@ pub async fn revise_contribution(
     body: Body<ReviseContribution>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
+    // Artifacts to check take the ordinary path.
+    let quick = body
+        .check()
+        .ok()
+        .and_then(|value| contributions::quick_revise(id, value));
     write(
         &contributions::REVISE_CONTRIBUTION,
         &state,
         bearer,
         key,
         body,
-        None,
+        quick,
         move |c, who, g, b| contributions::revise(c, who, g, id, b),
     )
     .await

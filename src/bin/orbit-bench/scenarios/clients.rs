@@ -84,8 +84,8 @@ pub async fn lease_cycle_client(
 
 /// One hot-orbit writer of every ordinary write kind (issue 25's `write-mix`): each
 /// cycle creates a task, creates a contribution and revises it, and saves a
-/// checkpoint under the lease the client took on its first task (the checkpoint
-/// runs as a quick write; the other three on the ordinary path).
+/// checkpoint under the lease the client took on its first task (each a quick
+/// write, `perf::quick`, when nothing declines it).
 pub async fn write_mix_client(
     (api, agent, orbit): (Api, Agent, i64),
     mut rec: Rec,
