@@ -350,7 +350,8 @@ pub fn revise(
 /// with marks for what the statement reads or chooses (the fields the revision
 /// keeps, the orbit, the task, the times). The statement declines a contribution
 /// with a problem (the ordinary path adjusts its counters) or with artifacts, a
-/// caller who is not its author, and a base revision that is not current.
+/// caller who is not its author, a base revision that is not current, and a kept
+/// text holding U+0001 (`Marks::text`).
 pub fn quick_revise(id: i64, value: &ReviseContribution) -> Option<Quick> {
     if value.artifact_ids.is_some() {
         return None;

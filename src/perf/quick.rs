@@ -25,8 +25,9 @@
 //! When the verdict is not a plain yes, or anything else might apply (a key seen
 //! before, an open lease to end, a pending handoff to supersede, a token whose use
 //! is due to be recorded, a token this instance has not verified yet, artifacts to
-//! check, a revision by someone else or from a base that moved on...) the function raises `quick_declined`, its subtransaction rolls back
-//! having changed nothing, and once the group has committed the write runs through
+//! check, a revision by someone else or from a base that moved on...) the function
+//! raises `quick_declined`, its subtransaction rolls back having changed nothing,
+//! and once the group has committed the write runs through
 //! the ordinary path, which asks the same verdict and words the refusal. The
 //! integration tests compare each quick response, byte for byte, with the ordinary
 //! read of what it wrote, and count on `/metrics` that the quick path ran and how
@@ -170,8 +171,10 @@ impl QuickCall {
                     (false, true) => "b",
                     (false, false) => "",
                 };
-                let (title, body) = (title.as_deref(), body.as_deref());
-                let (title, body) = (title.unwrap_or_default(), body.unwrap_or_default());
+                fn text(field: &Option<String>) -> &str {
+                    field.as_deref().unwrap_or_default()
+                }
+                let (title, body) = (text(title), text(body));
                 (6, *contribution_id, *base_revision, title, body, given)
             }
         }
