@@ -262,7 +262,7 @@ impl Metrics {
         counter(
             &mut out,
             "orbit_quick_writes_total",
-            "Quick writes (the lease cycle, plain creations) done in one statement (docs/MECHANISMS.md).",
+            "Quick writes (the lease cycle, plain creations, revisions) done in one statement (docs/MECHANISMS.md).",
             self.quick_writes.load(Ordering::Relaxed),
         );
         counter(

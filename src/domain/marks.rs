@@ -5,18 +5,20 @@
 //! The renderer (`leases::quick_acquire`, `leases::quick_release`,
 //! `checkpoints::quick_create`, `tasks::quick_create`, `contributions::quick_create`,
 //! `contributions::quick_revise`) fills the ordinary response type with a mark for
-//! each such value ([`Marks::number`], [`Marks::time`], [`Marks::text`]), each naming the column of the row
-//! the write writes that holds it, and hands the rendering to the quick statement
-//! (`perf::quick`); there `quick_outcome` (src/db/functions.sql) replaces each mark with
-//! its column's value. So SQL renders no body and no summary: adding a field to
-//! `Lease` changes the quick responses too. The revision is filled later, as for
-//! every write, by `apply_change` (`revision::PENDING`).
+//! each such value ([`Marks::number`], [`Marks::time`], [`Marks::text`]), each
+//! naming the column of the row the write writes that holds it, and hands the
+//! rendering to the quick statement (`perf::quick`); there `quick_outcome`
+//! (src/db/functions.sql) replaces each mark with its column's value. So SQL
+//! renders no body and no summary: adding a field to `Lease` changes the quick
+//! responses too. The revision is filled later, as for every write, by
+//! `apply_change` (`revision::PENDING`).
 //!
 //! A number mark lies past ±(2^53−1), which no request may send as a number
-//! (`http::json`), a time mark is in year 1, a text mark is made of U+0001; each could still stand inside a
-//! string a client wrote (a checkpoint's summary or state, a contributor's name), so
-//! a rendering in which a mark is not found exactly once is not sent the quick way
-//! ([`Marks::rendered`] gives `None`) and the write takes the ordinary path.
+//! (`http::json`), a time mark is in year 1, a text mark is made of U+0001; each
+//! could still stand inside a string a client wrote (a checkpoint's summary or
+//! state, a contributor's name), so a rendering in which a mark is not found
+//! exactly once is not sent the quick way ([`Marks::rendered`] gives `None`) and
+//! the write takes the ordinary path.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use serde::Serialize;
