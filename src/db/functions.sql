@@ -257,7 +257,8 @@ DROP FUNCTION IF EXISTS json_actor(contributors);
 -- the write wrote: a number as its digits, a timestamp as `json_ts` writes it, a
 -- text as a JSON string (jsonb escapes as serde_json does), NULL as `null`. The text
 -- marks come last in `fill`, so no mark is looked for inside a text filled in; a
--- text holding U+0001, of which those marks are made, declines (it could form one).
+-- text whose JSON form holds `\u0001` (U+0001, of which those marks are made, or
+-- those six characters written out) declines: it could form one.
 -- It knows no field of any body: `fill` says what goes where. (The
 -- change's entity, task and summary are filled as one text joined by U+0001,
 -- which none of them holds; one loop of plain expressions, no query per mark:
