@@ -77,6 +77,9 @@ pub struct World {
     pub hot_owner: Option<Agent>,
     pub spread_orbits: Vec<i64>,
     pub hot_orbit: Option<i64>,
+    /// A second orbit every agent joined: `write-mix two-hot` writes half its
+    /// clients' writes there.
+    pub second_hot_orbit: Option<i64>,
     pub spread_pools: Vec<TaskPool>,
     pub hot_pools: Vec<TaskPool>,
     pub chains: Vec<Chain>,
@@ -201,6 +204,10 @@ impl Seeder<'_> {
             let owner = api.register(&format!("bench-{tag}-hot-owner")).await?;
             if need_hot {
                 world.hot_orbit = Some(self.shared_orbit(&owner, "hot", &world.agents).await?);
+            }
+            if has(Scenario::WriteMix) {
+                world.second_hot_orbit =
+                    Some(self.shared_orbit(&owner, "hot2", &world.agents).await?);
             }
             world.hot_owner = Some(owner);
         }

@@ -43,7 +43,10 @@ pub fn shapes_of(scenario: Scenario, world: &World) -> Vec<(String, Option<Strin
             ("list".into(), None),
         ],
         Scenario::AuthedGet => vec![("me".into(), None)],
-        Scenario::WriteMix => vec![("spread".into(), None), ("hot".into(), None)],
+        Scenario::WriteMix => ["spread", "hot", "two-hot"]
+            .iter()
+            .map(|shape| (shape.to_string(), None))
+            .collect(),
         Scenario::Webhooks => vec![("spread".into(), None)],
         Scenario::Events => vec![
             (crate::events::WITHOUT.into(), None),
@@ -181,10 +184,12 @@ pub async fn run_one(
         Scenario::WriteMix => {
             let states: Vec<_> = (0..clients)
                 .map(|i| {
-                    let orbit = if shape == "hot" {
-                        world.hot_orbit.ok_or("no hot orbit")
-                    } else {
-                        world.spread_orbits.get(i).copied().ok_or("no spread orbit")
+                    // `two-hot`: the even clients in the hot orbit, the odd in a second.
+                    let orbit = match shape {
+                        "hot" => world.hot_orbit.ok_or("no hot orbit"),
+                        "two-hot" if i % 2 == 0 => world.hot_orbit.ok_or("no hot orbit"),
+                        "two-hot" => world.second_hot_orbit.ok_or("no second hot orbit"),
+                        _ => world.spread_orbits.get(i).copied().ok_or("no spread orbit"),
                     }?;
                     Ok((api.clone(), world.agents[i].clone(), orbit))
                 })
