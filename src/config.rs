@@ -41,11 +41,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub db_timeout_ms: u64,
 
-    /// Write groups this instance runs at once per queue, about one queue per orbit
-    /// for the quick writes and one for the other writes (docs/MECHANISMS.md, "Quick
-    /// writes", "Group commit for every write"): the queue's writes that arrive while
-    /// they run go in its next group, committed together. With the default, a busy
-    /// orbit has one quick group and one ordinary group at a time.
+    /// Write groups this instance runs at once per queue: the quick writes have
+    /// `--quick-queues` queues shared by the orbits, the other writes about one queue
+    /// per orbit (docs/MECHANISMS.md, "Quick writes", "Group commit for every
+    /// write"): the queue's writes that arrive while they run go in its next group,
+    /// committed together. With the default, a busy orbit has one quick group and
+    /// one ordinary group at a time.
     #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,
@@ -65,6 +66,16 @@ pub struct Config {
     #[arg(long, env = "ORBIT_QUICK_WRITES", default_value_t = true,
           action = clap::ArgAction::Set)]
     pub quick_writes: bool,
+
+    /// Queues the quick writes of this instance share (default: the number of cores):
+    /// an orbit's quick writes go to queue `orbit id mod N`, so the writes of
+    /// several quiet orbits that arrive together commit as one group instead of one
+    /// transaction and one commit each (docs/MECHANISMS.md, "Quick writes"). Each
+    /// queue runs `--write-lanes` groups at once. More queues: more groups run in
+    /// parallel, fewer writes share a commit.
+    #[arg(long, env = "ORBIT_QUICK_QUEUES",
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub quick_queues: Option<u32>,
 
     /// HTTP worker threads (default: the number of cores).
     #[arg(long, env = "ORBIT_WORKERS")]
@@ -209,6 +220,12 @@ fn metrics_token(value: &str) -> Result<String, String> {
     }
 }
 
+/// The cores this process may use (2 when unknown): the default of `--workers` and
+/// `--quick-queues`, and the argon2 slots.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 impl Config {
     /// The defaults, as if no flag and no variable were set (for tests and tools).
     pub fn defaults() -> Config {
@@ -221,6 +238,7 @@ impl Config {
             write_lanes: 1,
             read_lanes: 1,
             quick_writes: true,
+            quick_queues: None,
             workers: None,
             log: "info".into(),
             log_format: LogFormat::Pretty,
@@ -245,5 +263,36 @@ impl Config {
             webhook_timeout_ms: 10_000,
             test_short_durations: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Config;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn quick_queues(value: &str) -> Result<Option<u32>, String> {
+        Serve::try_parse_from(["serve".to_owned(), format!("--quick-queues={value}")])
+            .map(|s| s.config.quick_queues)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn quick_queues_are_bounded_and_default_to_the_cores() {
+        assert_eq!(quick_queues("1"), Ok(Some(1)));
+        assert_eq!(quick_queues("256"), Ok(Some(256)));
+        for bad in ["0", "257", "-1", "two"] {
+            let err = quick_queues(bad).expect_err(bad);
+            assert!(err.contains("--quick-queues"), "{err}");
+        }
+        let none = Serve::try_parse_from(["serve"]).map(|s| s.config.quick_queues);
+        assert_eq!(none.ok(), Some(None), "unset: the number of cores");
     }
 }

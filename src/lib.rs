@@ -77,6 +77,9 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         quick: Arc::new(quick::QuickQueue::new(
             pool.clone(),
             config.write_lanes as usize,
+            config
+                .quick_queues
+                .map_or_else(crate::config::cores, |n| n as usize),
             group_deadline,
             metrics.clone(),
             hints.clone(),
@@ -188,9 +191,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     if let Some(l) = metrics_listener {
         server = server.listen(l)?;
     }
-    let workers = workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
-        .max(1);
+    let workers = workers.unwrap_or_else(crate::config::cores).max(1);
     // Every unit of database work holds a pooled connection, so more blocking threads
     // than connections only wait (and cost memory): size each worker's blocking
     // pool to its share of the connection pool, plus room for argon2 and the purge.

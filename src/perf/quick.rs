@@ -14,9 +14,10 @@
 //! response body with the revision it took. The body and the change are rendered by
 //! the service before the statement, by the ordinary path's own types, with marks
 //! for the values the statement chooses ([`Rendered`], `domain::marks`): the
-//! functions fill those in and render nothing. The writes of one orbit that queue in
-//! this instance while a group runs go together in the next group ([`QuickQueue`]):
-//! one statement, one commit, one hold of the orbit's row lock for all of them.
+//! functions fill those in and render nothing. The writes of one orbit (and of the
+//! other orbits sharing its queue) that queue in this instance while a group runs go
+//! together in the next group ([`QuickQueue`]): one statement, one commit, one hold
+//! of the orbit's row lock for all of them.
 //!
 //! The functions decide nothing of their own. They ask the same database functions
 //! as the ordinary path: `lease_verdict` and `acquire_verdict` (the lease decision,
@@ -209,27 +210,31 @@ pub const MAX_GROUP: usize = 32;
 /// The quick writes of this instance, run in groups (group commit) on [`Lanes`].
 ///
 /// A write is queued by the orbit it most likely writes to (the orbit of its
-/// token's last quick write; a token with none yet has a queue of its own), and runs
-/// in that queue's next group. Up to `lanes` groups of one queue run at once, each on
-/// its own blocking thread and pooled connection. Grouping only gathers the writes
-/// of one orbit that would otherwise have queued on its row's lock, so they take
-/// that lock and flush their commit once. Writes to different orbits go to
-/// different queues and run in parallel. The hint only chooses a queue: a group may
-/// hold writes of any orbits, and its statement (`quick_batch`, src/db/functions.sql)
-/// applies each orbit's changes in turn. Each write runs in its own subtransaction
-/// and all commit together; one that declined (or failed on its own) left nothing
-/// behind and is answered `None`. A group of one runs as `quick_write`, whose
-/// decline is also caught in a block of its own: no row, and no `ERROR` in the
-/// server log for an expected decline.
+/// token's last quick write; a token with none yet has a queue of its own): orbit
+/// `o` goes to queue `o mod queues`, and runs in that queue's next group. Up to
+/// `lanes` groups of one queue run at once, each on its own blocking thread and
+/// pooled connection. Grouping gathers the writes that would otherwise have queued
+/// on an orbit's row lock, so they take that lock and flush their commit once, and
+/// the writes of the quiet orbits sharing a queue, which would otherwise each be a
+/// transaction and a commit of their own on a machine with few cores (a fixed
+/// number of queues rather than one per orbit: docs/DECISIONS.md, "Quick queues
+/// shared by orbits"). The hint only chooses a queue: a group may hold writes of
+/// any orbits, and its statement (`quick_batch`, src/db/functions.sql) applies each
+/// orbit's changes in turn, in the orbits' order. Each write runs in its own
+/// subtransaction and all commit together; one that declined (or failed on its own)
+/// left nothing behind and is answered `None`. A group of one runs as
+/// `quick_write`, whose decline is also caught in a block of its own: no row, and
+/// no `ERROR` in the server log for an expected decline.
 pub struct QuickQueue {
     lanes: Arc<Lanes<Route, Queued, Option<QuickRow>>>,
     hints: Arc<Hints>,
+    queues: i64,
 }
 
-/// A queue: an orbit, or a token with no orbit hint yet.
+/// A queue: one of the queues the orbits share, or a token with no orbit hint yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Route {
-    Orbit(i64),
+    Shared(i64),
     Token(i64),
 }
 
@@ -237,6 +242,7 @@ impl QuickQueue {
     pub fn new(
         pool: PgPool,
         lanes: usize,
+        queues: usize,
         deadline: std::time::Duration,
         metrics: Arc<crate::metrics::Metrics>,
         hints: Arc<Hints>,
@@ -261,6 +267,7 @@ impl QuickQueue {
         QuickQueue {
             lanes: Arc::new(Lanes::new(shape, Box::new(run))),
             hints,
+            queues: i64::try_from(queues).unwrap_or(i64::MAX).max(1),
         }
     }
 
@@ -285,7 +292,9 @@ impl QuickQueue {
         let route = self
             .hints
             .orbit_of(token_id)
-            .map_or(Route::Token(token_id), Route::Orbit);
+            .map_or(Route::Token(token_id), |orbit| {
+                Route::Shared(orbit.rem_euclid(self.queues))
+            });
         let queued = Queued {
             call,
             rendered,

@@ -716,6 +716,46 @@ async fn lease(app: &TestApp, who: &Agent, task: i64) -> i64 {
     r.json["data"]["id"].as_i64().unwrap()
 }
 
+/// Leases a warm-up task in its orbit for each of `who`: their later quick writes
+/// are queued by that orbit.
+async fn point_at(app: &TestApp, crew: &crate::work::Crew, who: &[&Agent]) {
+    for agent in who {
+        lease(
+            app,
+            agent,
+            task(app, &crew.owner, crew.orbit, "warm-up").await,
+        )
+        .await;
+    }
+}
+
+/// Sends the owner's acquire of `blocker`, which waits in the database on the test's
+/// lock of it, and once it waits runs `meanwhile`, which must release the lock;
+/// both answers.
+async fn with_a_blocked_group<F: std::future::Future>(
+    app: &TestApp,
+    owner: &Agent,
+    blocker: i64,
+    meanwhile: impl FnOnce(RowLock) -> F,
+) -> (Resp, F::Output) {
+    let lock = RowLock::take(&app.db, blocker);
+    let path = format!("/api/v1/tasks/{blocker}/leases");
+    let first = app.post_with_key(&path, &owner.token, "blocked", json!({}));
+    let rest = async {
+        let mut monitor = app.db.conn();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lock.waiting_now(&mut monitor) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the first group never reached the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        meanwhile(lock).await
+    };
+    futures::future::join(first, rest).await
+}
+
 #[tokio::test]
 async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone() {
     // One group at a time per orbit, so the writes that queue behind a blocked one
@@ -754,32 +794,9 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
     let [groups0] = app.metrics([groups]).await;
     let counts0 = quick_counts(&app).await;
 
-    // The owner's acquire waits in the database on the test's lock of its task.
-    let lock = RowLock::take(&app.db, blocker);
-    let first = {
-        let (app, token) = (&app, c.owner.token.clone());
-        async move {
-            app.post_with_key(
-                &format!("/api/v1/tasks/{blocker}/leases"),
-                &token,
-                "blocked",
-                json!({}),
-            )
-            .await
-        }
-    };
-    let waited = async {
-        let mut monitor = app.db.conn();
-        // (Polled without blocking the runtime the first request runs on.)
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while lock.waiting_now(&mut monitor) == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the first group never reached the lock"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // Meanwhile eight more writes queue behind it.
+    // The owner's acquire waits in the database on the test's lock of its task;
+    // meanwhile eight more writes queue behind it.
+    let (first, answers) = with_a_blocked_group(&app, &c.owner, blocker, |lock| async {
         let send = |who: &Agent, path: String, key: &'static str, body: Value| {
             let token = who.token.clone();
             let app = &app;
@@ -813,8 +830,8 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
             lock.release();
         };
         futures::future::join(queued, release).await.0
-    };
-    let (first, answers) = futures::future::join(first, waited).await;
+    })
+    .await;
 
     // Two groups: the blocked write alone, then the eight that queued behind it.
     let [groups1] = app.metrics([groups]).await;
@@ -1007,4 +1024,138 @@ async fn a_write_of_a_group_does_not_wait_for_a_lock_held_elsewhere() {
     for r in [&first, &free_done, &held1_done, &held2_done] {
         assert_eq!(r.status, 201, "{}", r.text);
     }
+}
+
+#[tokio::test]
+async fn orbits_sharing_a_quick_queue_commit_their_writes_as_one_group() {
+    // One queue for every orbit, one group at a time.
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_queues = Some(1);
+    })
+    .await;
+    let (a, b) = (
+        crew(&app, "share-a", 1).await,
+        crew(&app, "share-b", 2).await,
+    );
+    let blocker = task(&app, &a.owner, a.orbit, "blocker").await;
+    point_at(&app, &a, &[&a.owner, &a.members[0]]).await;
+    point_at(&app, &b, &[&b.members[0], &b.members[1]]).await;
+    let in_a = task(&app, &a.owner, a.orbit, "in a").await;
+    let in_b = [
+        task(&app, &b.owner, b.orbit, "in b 0").await,
+        task(&app, &b.owner, b.orbit, "in b 1").await,
+    ];
+    let (rev_a, rev_b) = (
+        crate::work::orbit_revision(&app, a.orbit).await,
+        crate::work::orbit_revision(&app, b.orbit).await,
+    );
+    count_orbit_row_updates(&app.db);
+    let groups = "orbit_quick_write_groups_total";
+    let [groups0] = app.metrics([groups]).await;
+
+    let (first, answers) = with_a_blocked_group(&app, &a.owner, blocker, |lock| async {
+        // B's writes queue behind A's blocked group, with one more of A's.
+        let acquire = |who: &Agent, task: i64| {
+            let (app, token) = (&app, who.token.clone());
+            async move {
+                app.post_with_key(
+                    &format!("/api/v1/tasks/{task}/leases"),
+                    &token,
+                    "shared",
+                    json!({}),
+                )
+                .await
+            }
+        };
+        let queued = futures::future::join3(
+            acquire(&b.members[0], in_b[0]),
+            acquire(&b.members[1], in_b[1]),
+            acquire(&a.members[0], in_a),
+        );
+        let all_queued = async {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while app.metrics(["orbit_quick_writes_waiting"]).await != [3] {
+                assert!(Instant::now() < deadline, "the three writes never queued");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            lock.release();
+        };
+        futures::future::join(queued, all_queued).await.0
+    })
+    .await;
+
+    // Two groups: the blocked write alone, then the three of two orbits together.
+    let [groups1] = app.metrics([groups]).await;
+    assert_eq!(groups1 - groups0, 2);
+    let (b0, b1, a0) = answers;
+    for r in [&first, &b0, &b1, &a0] {
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let mut revisions_b = [&b0, &b1].map(|r| r.json["data"]["orbit_revision"].as_i64().unwrap());
+    revisions_b.sort();
+    assert_eq!(revisions_b, [rev_b + 1, rev_b + 2]);
+    assert_eq!(a0.json["data"]["orbit_revision"], rev_a + 2);
+    // B's two changes took their revisions with one update of its row.
+    let mut conn = app.db.conn();
+    assert_eq!(orbit_row_updates(&mut conn, b.orbit), 1);
+    assert_eq!(orbit_row_updates(&mut conn, a.orbit), 2);
+    for r in [&b0, &b1, &a0] {
+        let read = app
+            .get(&format!("/api/v1/leases/{}", r.json["data"]["id"]), None)
+            .await;
+        assert_write_is_read_plus_revision(r, &read);
+    }
+}
+
+#[tokio::test]
+async fn orbits_in_different_quick_queues_do_not_wait_for_each_other() {
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_queues = Some(2);
+    })
+    .await;
+    let a = crew(&app, "apart-a", 0).await;
+    // An orbit in the other queue: the other parity.
+    let mut b = crew(&app, "apart-b", 1).await;
+    if b.orbit % 2 == a.orbit % 2 {
+        b = crew(&app, "apart-c", 1).await;
+    }
+    assert_ne!(a.orbit % 2, b.orbit % 2);
+    let blocker = task(&app, &a.owner, a.orbit, "blocker").await;
+    point_at(&app, &a, &[&a.owner]).await;
+    point_at(&app, &b, &[&b.members[0]]).await;
+    let in_b = task(&app, &b.owner, b.orbit, "in b").await;
+    let counts0 = quick_counts(&app).await;
+
+    // B's write is answered while A's group still waits on the lock.
+    let (first, in_b) = with_a_blocked_group(&app, &a.owner, blocker, |lock| async {
+        let answer = app
+            .post_with_key(
+                &format!("/api/v1/tasks/{in_b}/leases"),
+                &b.members[0].token,
+                "apart",
+                json!({}),
+            )
+            .await;
+        assert_eq!(
+            lock.waiting_now(&mut app.db.conn()),
+            1,
+            "A's group still waits"
+        );
+        lock.release();
+        answer
+    })
+    .await;
+    assert_eq!(in_b.status, 201, "{}", in_b.text);
+    assert_eq!(first.status, 201, "{}", first.text);
+    // Both were quick writes: A's group waited on the lock through B's write
+    // (behind it in one queue, B would be answered only once A's write gave up
+    // waiting at the lock timeout and declined).
+    let counts1 = quick_counts(&app).await;
+    assert_eq!(
+        (counts1.0 - counts0.0, counts1.1 - counts0.1),
+        (2, 0),
+        "both quick"
+    );
 }

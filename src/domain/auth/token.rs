@@ -137,10 +137,7 @@ pub fn verify_dummy(secret: &str, running: &std::sync::atomic::AtomicBool) -> bo
 fn with_argon2_slot<T>(work: impl FnOnce() -> T) -> T {
     use std::sync::{Condvar, Mutex, OnceLock};
     static SLOTS: OnceLock<(Mutex<usize>, Condvar)> = OnceLock::new();
-    let (free, freed) = SLOTS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        (Mutex::new(cores), Condvar::new())
-    });
+    let (free, freed) = SLOTS.get_or_init(|| (Mutex::new(crate::config::cores()), Condvar::new()));
     {
         let mut n = free.lock().unwrap_or_else(|p| p.into_inner());
         while *n == 0 {
