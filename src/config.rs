@@ -227,6 +227,11 @@ pub fn cores() -> usize {
 }
 
 impl Config {
+    /// The quick queues this instance runs: `--quick-queues`, or the cores.
+    pub fn quick_queue_count(&self) -> usize {
+        self.quick_queues.map_or_else(cores, |n| n as usize)
+    }
+
     /// The defaults, as if no flag and no variable were set (for tests and tools).
     pub fn defaults() -> Config {
         Config {
@@ -292,7 +297,10 @@ mod tests {
             let err = quick_queues(bad).expect_err(bad);
             assert!(err.contains("--quick-queues"), "{err}");
         }
-        let none = Serve::try_parse_from(["serve"]).map(|s| s.config.quick_queues);
-        assert_eq!(none.ok(), Some(None), "unset: the number of cores");
+        let unset = Serve::try_parse_from(["serve"]).expect("no flags");
+        assert_eq!(unset.config.quick_queues, None);
+        assert_eq!(unset.config.quick_queue_count(), super::cores());
+        let four = Serve::try_parse_from(["serve", "--quick-queues", "4"]).expect("4");
+        assert_eq!(four.config.quick_queue_count(), 4);
     }
 }

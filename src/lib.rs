@@ -77,9 +77,7 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
         quick: Arc::new(quick::QuickQueue::new(
             pool.clone(),
             config.write_lanes as usize,
-            config
-                .quick_queues
-                .map_or_else(crate::config::cores, |n| n as usize),
+            config.quick_queue_count(),
             group_deadline,
             metrics.clone(),
             hints.clone(),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::harness::{count_orbit_row_updates, orbit_row_updates, Agent, Resp, RowLock, TestApp};
-use crate::work::{crew, task};
+use crate::work::{acquire, crew, task};
 
 /// `(done, declined)` from `/metrics`.
 async fn quick_counts(app: &TestApp) -> (u64, u64) {
@@ -1056,22 +1056,10 @@ async fn orbits_sharing_a_quick_queue_commit_their_writes_as_one_group() {
 
     let (first, answers) = with_a_blocked_group(&app, &a.owner, blocker, |lock| async {
         // B's writes queue behind A's blocked group, with one more of A's.
-        let acquire = |who: &Agent, task: i64| {
-            let (app, token) = (&app, who.token.clone());
-            async move {
-                app.post_with_key(
-                    &format!("/api/v1/tasks/{task}/leases"),
-                    &token,
-                    "shared",
-                    json!({}),
-                )
-                .await
-            }
-        };
         let queued = futures::future::join3(
-            acquire(&b.members[0], in_b[0]),
-            acquire(&b.members[1], in_b[1]),
-            acquire(&a.members[0], in_a),
+            acquire(&app, &b.members[0], in_b[0], json!({})),
+            acquire(&app, &b.members[1], in_b[1], json!({})),
+            acquire(&app, &a.members[0], in_a, json!({})),
         );
         let all_queued = async {
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -1130,14 +1118,7 @@ async fn orbits_in_different_quick_queues_do_not_wait_for_each_other() {
 
     // B's write is answered while A's group still waits on the lock.
     let (first, in_b) = with_a_blocked_group(&app, &a.owner, blocker, |lock| async {
-        let answer = app
-            .post_with_key(
-                &format!("/api/v1/tasks/{in_b}/leases"),
-                &b.members[0].token,
-                "apart",
-                json!({}),
-            )
-            .await;
+        let answer = acquire(&app, &b.members[0], in_b, json!({})).await;
         assert_eq!(
             lock.waiting_now(&mut app.db.conn()),
             1,
