@@ -45,8 +45,10 @@ pub struct Config {
     /// `--quick-queues` queues shared by the orbits, the other writes about one queue
     /// per orbit (docs/MECHANISMS.md, "Quick writes", "Group commit for every
     /// write"): the queue's writes that arrive while they run go in its next group,
-    /// committed together. With the default, a busy orbit has one quick group and
-    /// one ordinary group at a time.
+    /// committed together. A quick queue runs up to as many more while the instance
+    /// runs fewer than `--quick-queues` × this quick groups (a busy queue borrows
+    /// an idle one's lanes). With the default, a busy orbit has one ordinary group
+    /// and one quick group at a time, two while the other quick queues are idle.
     #[arg(long, env = "ORBIT_WRITE_LANES", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub write_lanes: u32,
@@ -71,8 +73,9 @@ pub struct Config {
     /// an orbit's quick writes go to queue `orbit id mod N`, so the writes of
     /// several quiet orbits that arrive together commit as one group instead of one
     /// transaction and one commit each (docs/MECHANISMS.md, "Quick writes"). Each
-    /// queue runs `--write-lanes` groups at once. More queues: more groups run in
-    /// parallel, fewer writes share a commit.
+    /// queue runs `--write-lanes` groups at once, and twice that while the others
+    /// leave room. More queues: more groups run in parallel, fewer writes share a
+    /// commit.
     #[arg(long, env = "ORBIT_QUICK_QUEUES",
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub quick_queues: Option<u32>,

@@ -82,6 +82,8 @@ impl<T: Send + 'static> Commits<T> {
     ) -> Commits<T> {
         let shape = Shape {
             per_route: lanes,
+            borrow: 0,
+            budget: 0,
             max_group: MAX_GROUP,
             deadline,
             skip_abandoned: false,

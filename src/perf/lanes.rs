@@ -7,7 +7,10 @@
 //! it as one group; requests that arrive meanwhile wait for the next group. An idle
 //! route starts a lane at once, so a lone request runs alone and grouping adds no
 //! wait: it only gathers the requests that would otherwise have queued for a thread,
-//! a connection or a row lock. Up to `per_route` lanes run on one route at once.
+//! a connection or a row lock. Up to `per_route` lanes run on one route at once, and
+//! up to `borrow` more while all routes together run fewer than `budget` lanes (a
+//! busy route takes the share of idle ones; a borrowed lane leaves once the others
+//! need it back).
 //! A lane busy with one group for longer than half the deadline no longer counts
 //! (its connection presumably hangs: a half-open TCP connection, which no server
 //! timeout ends); a new lane takes the queue, and the stuck one leaves when it wakes.
@@ -33,6 +36,11 @@ pub type Run<R, J, T> = dyn Fn(&R, &mut [J]) -> Vec<ApiResult<T>> + Send + Sync;
 pub struct Shape {
     /// Lanes one route runs at once.
     pub per_route: usize,
+    /// Lanes one route may run past `per_route` while all routes together run
+    /// fewer than `budget` (0: none).
+    pub borrow: usize,
+    /// Lanes of all routes at once under which a route may borrow.
+    pub budget: usize,
     /// The most requests in one group.
     pub max_group: usize,
     /// How long a request waits for its answer before it is answered 503.
@@ -118,18 +126,21 @@ where
         let start = {
             let mut state = self.state();
             let lane_id = state.next_lane;
+            let now = Instant::now();
+            let all = self.lanes_counting(&state, now);
             let queue = state.routes.entry(route).or_insert_with(|| Route {
                 waiting: VecDeque::new(),
                 running: 0,
                 lanes: HashMap::new(),
             });
             queue.waiting.push_back((job, done));
-            let now = Instant::now();
             let stuck = self.shape.deadline / 2;
             queue
                 .lanes
                 .retain(|_, since| now.duration_since(*since) < stuck);
-            let start = queue.lanes.len() < self.shape.per_route;
+            let own = queue.lanes.len();
+            let start = own < self.shape.per_route
+                || (own < self.shape.per_route + self.shape.borrow && all < self.shape.budget);
             if start {
                 queue.lanes.insert(lane_id, now);
                 state.next_lane += 1;
@@ -143,12 +154,25 @@ where
         answer_within(self.shape.deadline, answer, self.shape.what).await
     }
 
-    /// Lane `id` of `route`: runs groups until nothing waits, or until it no longer
-    /// counts.
+    /// The lanes of every route that count (not presumed stuck) at `now`.
+    fn lanes_counting(&self, state: &State<R, J, T>, now: Instant) -> usize {
+        let stuck = self.shape.deadline / 2;
+        state
+            .routes
+            .values()
+            .flat_map(|r| r.lanes.values())
+            .filter(|since| now.duration_since(**since) < stuck)
+            .count()
+    }
+
+    /// Lane `id` of `route`: runs groups until nothing waits, until it no longer
+    /// counts, or, when its route runs more than `per_route` lanes, until all routes
+    /// together run more than the budget (it gives its borrowed share back).
     fn lane(&self, route: R, id: u64) {
         loop {
             let group: Waiting<J, T> = {
                 let mut state = self.state();
+                let all = self.lanes_counting(&state, Instant::now());
                 let Some(queue) = state.routes.get_mut(&route) else {
                     return;
                 };
@@ -158,6 +182,10 @@ where
                 }
                 if self.shape.skip_abandoned {
                     queue.waiting.retain(|(_, done)| !done.is_closed());
+                }
+                if queue.lanes.len() > self.shape.per_route && all > self.shape.budget {
+                    queue.lanes.remove(&id);
+                    return;
                 }
                 if queue.waiting.is_empty() {
                     queue.lanes.remove(&id);
@@ -262,6 +290,8 @@ mod tests {
     fn shape(per_route: usize, deadline_ms: u64) -> Shape {
         Shape {
             per_route,
+            borrow: 0,
+            budget: 0,
             max_group: 64,
             deadline: Duration::from_millis(deadline_ms),
             skip_abandoned: true,
@@ -347,5 +377,128 @@ mod tests {
         }
         let sizes = sizes.lock().unwrap().clone();
         assert_eq!(sizes, vec![(2, 1), (1, 1), (1, 5)]);
+    }
+
+    /// Keys a test holds: a group with one of them waits until it is let go.
+    #[derive(Default)]
+    struct Gate {
+        held: Mutex<std::collections::HashSet<u32>>,
+        changed: std::sync::Condvar,
+    }
+
+    impl Gate {
+        fn hold(&self, key: u32) {
+            self.held.lock().unwrap().insert(key);
+        }
+
+        fn let_go(&self, key: u32) {
+            self.held.lock().unwrap().remove(&key);
+            self.changed.notify_all();
+        }
+
+        fn let_all_go(&self) {
+            self.held.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            self.changed.notify_all();
+        }
+
+        fn pass(&self, key: u32) {
+            let mut held = self.held.lock().unwrap();
+            while held.contains(&key) {
+                held = self.changed.wait(held).unwrap();
+            }
+        }
+    }
+
+    /// Lets every held key go when the test ends, failed ones included: the
+    /// runtime waits for the lanes' threads before the failure is reported.
+    struct LetGo(Arc<Gate>);
+
+    impl Drop for LetGo {
+        fn drop(&mut self) {
+            self.0.let_all_go();
+        }
+    }
+
+    /// A route whose lane is busy runs a second one beside it while all routes
+    /// together run fewer lanes than the budget, and not once they run as many; a
+    /// borrowed lane leaves after its group when the routes need the budget back.
+    #[actix_web::test]
+    async fn a_busy_route_borrows_a_lane_only_while_the_others_leave_room() {
+        let gate = Arc::new(Gate::default());
+        let _let_go = LetGo(gate.clone());
+        let seen = gate.clone();
+        let run = move |_: &u8, keys: &mut [u32]| {
+            keys.iter().for_each(|k| seen.pass(*k));
+            keys.iter().map(|k| Ok(k + 1)).collect()
+        };
+        let lanes = Arc::new(Lanes::new(
+            Shape {
+                borrow: 1,
+                budget: 2,
+                ..shape(1, 60_000)
+            },
+            Box::new(run),
+        ));
+        let send = |route: u8, key: u32| {
+            let lanes = lanes.clone();
+            actix_web::rt::spawn(async move { lanes.submit(route, key).await })
+        };
+        let running =
+            |lanes: &Lanes<u8, u32, u32>| lanes.lanes_counting(&lanes.state(), Instant::now());
+        let settle = || actix_web::rt::time::sleep(Duration::from_millis(200));
+
+        // Route 1's lane waits on key 0; its next request borrows a lane and is
+        // answered meanwhile.
+        gate.hold(0);
+        let first = send(1, 0);
+        settle().await;
+        let meanwhile = actix_web::rt::time::timeout(Duration::from_secs(10), lanes.submit(1, 100));
+        assert_eq!(meanwhile.await.expect("no lane was borrowed").unwrap(), 101);
+        assert!(!first.is_finished());
+
+        // Route 2 takes the budget's other lane: route 1 borrows none now.
+        gate.hold(1);
+        let other = send(2, 1);
+        settle().await;
+        assert_eq!(running(&lanes), 2);
+        let behind = send(1, 101);
+        settle().await;
+        assert_eq!(
+            lanes.counts().2,
+            1,
+            "route 1 borrowed a lane past the budget"
+        );
+        gate.let_go(0);
+        assert_eq!(first.await.unwrap().unwrap(), 1);
+        assert_eq!(behind.await.unwrap().unwrap(), 102);
+
+        // Route 1 borrows while route 2 is idle; once route 2 runs again, the
+        // borrowed lane leaves after its group and route 1's queue waits for its own.
+        gate.let_go(1);
+        assert_eq!(other.await.unwrap().unwrap(), 2);
+        gate.hold(2);
+        gate.hold(3);
+        let own = send(1, 2);
+        settle().await;
+        let borrowed = send(1, 3);
+        settle().await;
+        assert_eq!(running(&lanes), 2, "route 1 borrowed the idle share");
+        gate.hold(4);
+        let back = send(2, 4);
+        settle().await;
+        let queued = [send(1, 102), send(1, 103)];
+        settle().await;
+        gate.let_go(3);
+        assert_eq!(borrowed.await.unwrap().unwrap(), 4);
+        settle().await;
+        assert_eq!(lanes.counts().2, 2, "the borrowed lane took another group");
+        assert_eq!(running(&lanes), 2);
+        gate.let_go(2);
+        assert_eq!(own.await.unwrap().unwrap(), 3);
+        for (k, r) in [103, 104].into_iter().zip(queued) {
+            assert_eq!(r.await.unwrap().unwrap(), k);
+        }
+        gate.let_go(4);
+        assert_eq!(back.await.unwrap().unwrap(), 5);
     }
 }

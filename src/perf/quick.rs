@@ -213,7 +213,8 @@ pub const MAX_GROUP: usize = 32;
 /// token's last quick write; a token with none yet has a queue of its own): orbit
 /// `o` goes to queue `o mod queues`, and runs in that queue's next group. Up to
 /// `lanes` groups of one queue run at once, each on its own blocking thread and
-/// pooled connection. Grouping gathers the writes that would otherwise have queued
+/// pooled connection, and `lanes` more while the instance runs fewer than
+/// `queues × lanes` quick groups in all. Grouping gathers the writes that would otherwise have queued
 /// on an orbit's row lock, so they take that lock and flush their commit once, and
 /// the writes of the quiet orbits sharing a queue, which would otherwise each be a
 /// transaction and a commit of their own on a machine with few cores (a fixed
@@ -247,8 +248,14 @@ impl QuickQueue {
         metrics: Arc<crate::metrics::Metrics>,
         hints: Arc<Hints>,
     ) -> QuickQueue {
+        // A queue whose orbit is hot while the others are quiet runs a second group
+        // beside its first (docs/DECISIONS.md, "A busy quick queue borrows an idle
+        // queue's lane"): the effects of one group run while the other applies and
+        // commits, on the cores the idle queues leave free.
         let shape = Shape {
             per_route: lanes,
+            borrow: lanes,
+            budget: lanes.saturating_mul(queues),
             max_group: MAX_GROUP,
             deadline,
             skip_abandoned: false,

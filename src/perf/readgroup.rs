@@ -42,6 +42,8 @@ impl<K: Send + 'static, V: Send + 'static> ReadGroups<K, V> {
     ) -> ReadGroups<K, V> {
         let shape = Shape {
             per_route: lanes,
+            borrow: 0,
+            budget: 0,
             max_group: MAX_GROUP,
             deadline,
             skip_abandoned: true,

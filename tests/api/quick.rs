@@ -758,9 +758,13 @@ async fn with_a_blocked_group<F: std::future::Future>(
 
 #[tokio::test]
 async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone() {
-    // One group at a time per orbit, so the writes that queue behind a blocked one
-    // deterministically form the next group.
-    let app = TestApp::spawn_with(|c| c.write_lanes = 1).await;
+    // One queue and one lane, so no lane to borrow and one group at a time: the
+    // writes that queue behind a blocked one deterministically form the next group.
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_queues = Some(1);
+    })
+    .await;
     let c = crew(&app, "group", 7).await;
     let b = crew(&app, "group-b", 0).await;
     let m = &c.members;
@@ -940,7 +944,12 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
 
 #[tokio::test]
 async fn a_write_of_a_group_does_not_wait_for_a_lock_held_elsewhere() {
-    let app = TestApp::spawn_with(|c| c.write_lanes = 1).await;
+    // One group at a time (no lane to borrow), so the three writes queue together.
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_queues = Some(1);
+    })
+    .await;
     let c = crew(&app, "group-nowait", 3).await;
     let m = &c.members;
     let t = |title: &'static str| task(&app, &c.owner, c.orbit, title);
@@ -1096,6 +1105,69 @@ async fn orbits_sharing_a_quick_queue_commit_their_writes_as_one_group() {
     }
 }
 
+/// While the acquire of each `blocked` task waits in a group of its own on the
+/// test's lock of it (the second, if any, sent once the first waits), `who`
+/// acquires `task` and is answered; then the locks go. The answers, `who`'s last,
+/// each 201, and all were quick writes: behind a blocked group, `who` would be
+/// answered only once a blocked write gave up waiting at the lock timeout and
+/// declined to the ordinary path.
+async fn answered_while_groups_wait(
+    app: &TestApp,
+    blocked: &[(&Agent, i64)],
+    who: &Agent,
+    task: i64,
+) -> Vec<Resp> {
+    let counts0 = quick_counts(app).await;
+    let still_waiting = |lock: &RowLock| {
+        assert_eq!(
+            lock.waiting_now(&mut app.db.conn()),
+            1,
+            "a blocked group still waits"
+        )
+    };
+    let answers = match blocked {
+        [(owner, blocker)] => {
+            let (first, answer) = with_a_blocked_group(app, owner, *blocker, |lock| async {
+                let answer = acquire(app, who, task, json!({})).await;
+                still_waiting(&lock);
+                lock.release();
+                answer
+            })
+            .await;
+            vec![first, answer]
+        }
+        [(owner, blocker), (second, blocker2)] => {
+            let (first, (second, answer)) =
+                with_a_blocked_group(app, owner, *blocker, |lock| async {
+                    let both = with_a_blocked_group(app, second, *blocker2, |lock2| async {
+                        let answer = acquire(app, who, task, json!({})).await;
+                        still_waiting(&lock);
+                        still_waiting(&lock2);
+                        lock2.release();
+                        answer
+                    })
+                    .await;
+                    lock.release();
+                    both
+                })
+                .await;
+            vec![first, second, answer]
+        }
+        _ => unreachable!("one or two blocked groups"),
+    };
+    for r in &answers {
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let counts1 = quick_counts(app).await;
+    let n = answers.len() as u64;
+    assert_eq!(
+        (counts1.0 - counts0.0, counts1.1 - counts0.1),
+        (n, 0),
+        "all quick"
+    );
+    answers
+}
+
 #[tokio::test]
 async fn orbits_in_different_quick_queues_do_not_wait_for_each_other() {
     let app = TestApp::spawn_with(|c| {
@@ -1103,7 +1175,7 @@ async fn orbits_in_different_quick_queues_do_not_wait_for_each_other() {
         c.quick_queues = Some(2);
     })
     .await;
-    let a = crew(&app, "apart-a", 0).await;
+    let a = crew(&app, "apart-a", 1).await;
     // An orbit in the other queue: the other parity.
     let mut b = crew(&app, "apart-b", 1).await;
     if b.orbit % 2 == a.orbit % 2 {
@@ -1114,29 +1186,40 @@ async fn orbits_in_different_quick_queues_do_not_wait_for_each_other() {
     point_at(&app, &a, &[&a.owner]).await;
     point_at(&app, &b, &[&b.members[0]]).await;
     let in_b = task(&app, &b.owner, b.orbit, "in b").await;
-    let counts0 = quick_counts(&app).await;
+    // A's queue runs two groups, its own lane and the one it borrowed, both waiting
+    // on the test's locks: the budget (two queues of one lane) is spent, so only a
+    // queue of B's own answers B's write meanwhile.
+    let second = task(&app, &a.owner, a.orbit, "second blocker").await;
+    point_at(&app, &a, &[&a.members[0]]).await;
+    let blocked = [(&a.owner, blocker), (&a.members[0], second)];
+    answered_while_groups_wait(&app, &blocked, &b.members[0], in_b).await;
+}
 
-    // B's write is answered while A's group still waits on the lock.
-    let (first, in_b) = with_a_blocked_group(&app, &a.owner, blocker, |lock| async {
-        let answer = acquire(&app, &b.members[0], in_b, json!({})).await;
-        assert_eq!(
-            lock.waiting_now(&mut app.db.conn()),
-            1,
-            "A's group still waits"
-        );
-        lock.release();
-        answer
+#[tokio::test]
+async fn a_busy_queue_runs_a_second_group_while_the_other_queues_are_idle() {
+    // Two queues of one lane each: a budget of two quick groups at once.
+    let app = TestApp::spawn_with(|c| {
+        c.write_lanes = 1;
+        c.quick_queues = Some(2);
     })
     .await;
-    assert_eq!(in_b.status, 201, "{}", in_b.text);
-    assert_eq!(first.status, 201, "{}", first.text);
-    // Both were quick writes: A's group waited on the lock through B's write
-    // (behind it in one queue, B would be answered only once A's write gave up
-    // waiting at the lock timeout and declined).
-    let counts1 = quick_counts(&app).await;
-    assert_eq!(
-        (counts1.0 - counts0.0, counts1.1 - counts0.1),
-        (2, 0),
-        "both quick"
+    let a = crew(&app, "borrow", 1).await;
+    let blocker = task(&app, &a.owner, a.orbit, "blocker").await;
+    point_at(&app, &a, &[&a.owner, &a.members[0]]).await;
+    let next = task(&app, &a.owner, a.orbit, "next").await;
+    let [groups0] = app.metrics(["orbit_quick_write_groups_total"]).await;
+
+    // The orbit's first group waits on the lock; the other queue is idle, so the
+    // member's write runs in a second group of the same queue and is answered first.
+    let answers =
+        answered_while_groups_wait(&app, &[(&a.owner, blocker)], &a.members[0], next).await;
+    let (first, second) = (&answers[0], &answers[1]);
+    let [groups1] = app.metrics(["orbit_quick_write_groups_total"]).await;
+    assert_eq!(groups1 - groups0, 2);
+    // Each took its own revision of the orbit, in the order they committed.
+    let (r1, r2) = (
+        first.json["data"]["orbit_revision"].as_i64().unwrap(),
+        second.json["data"]["orbit_revision"].as_i64().unwrap(),
     );
+    assert_eq!(r1, r2 + 1, "the borrowed group committed first");
 }
