@@ -154,8 +154,13 @@ where
         answer_within(self.shape.deadline, answer, self.shape.what).await
     }
 
-    /// The lanes of every route that count (not presumed stuck) at `now`.
+    /// The lanes of every route that count (not presumed stuck) at `now`. Only a
+    /// shape that borrows reads it: for one that does not (every shape but the quick
+    /// writes'), it is 0 without walking the routes on every submit.
     fn lanes_counting(&self, state: &State<R, J, T>, now: Instant) -> usize {
+        if self.shape.borrow == 0 {
+            return 0;
+        }
         let stuck = self.shape.deadline / 2;
         state
             .routes

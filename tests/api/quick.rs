@@ -756,6 +756,16 @@ async fn with_a_blocked_group<F: std::future::Future>(
     futures::future::join(first, rest).await
 }
 
+/// Waits (up to 20 s) until `n` quick writes wait in their queues, behind a group
+/// the test holds on a lock: the moment to let that group go.
+async fn until_quick_writes_wait(app: &TestApp, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app.metrics(["orbit_quick_writes_waiting"]).await != [n] {
+        assert!(Instant::now() < deadline, "the {n} writes never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone() {
     // One queue and one lane, so no lane to borrow and one group at a time: the
@@ -826,11 +836,7 @@ async fn writes_that_queue_meanwhile_commit_as_one_group_each_answered_as_alone(
                 .map(|(who, path, key, body)| send(who, path, key, body)),
         );
         let release = async {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while app.metrics(["orbit_quick_writes_waiting"]).await != [8] {
-                assert!(Instant::now() < deadline, "the eight writes never queued");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_quick_writes_wait(&app, 8).await;
             lock.release();
         };
         futures::future::join(queued, release).await.0
@@ -997,10 +1003,7 @@ async fn a_write_of_a_group_does_not_wait_for_a_lock_held_elsewhere() {
             acquire(&m[2], held2, "held2"),
         );
         let steer = async {
-            while app.metrics(["orbit_quick_writes_waiting"]).await != [3] {
-                assert!(Instant::now() < deadline, "the three writes never queued");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_quick_writes_wait(&app, 3).await;
             first_lock.release();
             // The two held writes declined at once (their group answers only after
             // its commit) and now run the ordinary path, grouped (`perf::commits`):
@@ -1071,11 +1074,7 @@ async fn orbits_sharing_a_quick_queue_commit_their_writes_as_one_group() {
             acquire(&app, &a.members[0], in_a, json!({})),
         );
         let all_queued = async {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while app.metrics(["orbit_quick_writes_waiting"]).await != [3] {
-                assert!(Instant::now() < deadline, "the three writes never queued");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_quick_writes_wait(&app, 3).await;
             lock.release();
         };
         futures::future::join(queued, all_queued).await.0
