@@ -344,7 +344,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
         _ => json!("n/a (the service has no /metrics with orbit_token_cache_* counters)"),
     };
 
-    let targets = evaluate(&rows, &mem);
+    let mut targets = evaluate(&rows, &mem);
+    targets.extend(repeats::worst_run_targets(&rows));
     let spreads = repeats::spreads(&rows);
     let holds = repeats::holds(&spreads);
     let mut references = Vec::new();

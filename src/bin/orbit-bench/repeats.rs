@@ -1,9 +1,11 @@
-//! Repeated rows (`--repeats`, issue 25): each group's spread across its runs, and
-//! whether throughput in one orbit holds from 8 clients up, judged on the worst run.
+//! Repeated rows (`--repeats`, issue 25): each group's spread across its runs,
+//! whether throughput in one orbit holds from 8 clients up, and issue 25's two
+//! targets against tpcb-like (the lease cycle at one client, the hot write mix at 32),
+//! each judged on the worst run.
 
 use serde::Serialize;
 
-use crate::report::{fmt_opt, Row};
+use crate::report::{fmt_opt, target, Row, Target};
 
 /// One group of runs of a row: a scenario, a shape and a client count.
 #[derive(Debug, Clone, Serialize)]
@@ -122,6 +124,82 @@ pub fn holds(spreads: &[Spread]) -> Vec<Hold> {
         .collect()
 }
 
+/// The slowest run of every group of `rows` that `pick` takes (by scenario, shape
+/// and client count), in the rows' order.
+fn worst_runs(rows: &[Row], pick: impl Fn(&Row) -> bool) -> Vec<&Row> {
+    let mut worst: Vec<&Row> = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.requests_per_s.is_some() && pick(r))
+    {
+        let same = |w: &&mut &Row| {
+            w.scenario == r.scenario && w.shape == r.shape && w.clients == r.clients
+        };
+        match worst.iter_mut().find(same) {
+            Some(w) if r.requests_per_s < w.requests_per_s => *w = r,
+            Some(_) => {}
+            None => worst.push(r),
+        }
+    }
+    worst
+}
+
+/// Issue 25's targets against tpcb-like, each on the slowest run of every group it
+/// covers: every lease-cycle row at one client ≥ 0.8× with p50 < 1.2 ms (a single
+/// agent must not be slower than on Titen), and the hot write mix at 32 clients ≥
+/// 0.6×, settled or not. "not measured" when no such row ran or has no reference.
+pub fn worst_run_targets(rows: &[Row]) -> Vec<Target> {
+    let lease_cycle = |r: &Row| match r.scenario.as_str() {
+        "lease-cycle" | "lease-cycle-fresh" => true,
+        "big-orbit" => r.shape.starts_with("lease-cycle"),
+        _ => false,
+    };
+    let one = worst_runs(rows, |r| r.clients == 1 && lease_cycle(r));
+    let hot_mix = worst_runs(rows, |r| {
+        r.clients == 32 && r.scenario == "write-mix" && r.shape.starts_with("hot")
+    });
+    vec![
+        worst_target(
+            "lease cycle @1 (every lease-cycle row, its slowest run) ≥ 0.8× tpcb-like and p50 < 1.2 ms",
+            &one,
+            |ratio, p50| ratio >= 0.8 && p50 < 1.2,
+        ),
+        worst_target(
+            "write-mix hot @32 (settled and unsettled, the slowest run) ≥ 0.6× tpcb-like",
+            &hot_mix,
+            |ratio, _| ratio >= 0.6,
+        ),
+    ]
+}
+
+/// One target over the slowest runs `worst`: met when each meets `ok(ratio, p50)`;
+/// measured as the lowest ratio and the highest p50, and the rows that missed.
+fn worst_target(name: &str, worst: &[&Row], ok: impl Fn(f64, f64) -> bool) -> Target {
+    let judged: Vec<(&Row, f64, f64)> = worst
+        .iter()
+        .filter_map(|r| Some((*r, r.ratio?, r.p50_ms?)))
+        .collect();
+    if judged.is_empty() || judged.len() < worst.len() {
+        return target(name, "n/a".into(), None);
+    }
+    let lowest = judged.iter().map(|j| j.1).fold(f64::INFINITY, f64::min);
+    let p50 = judged.iter().map(|j| j.2).fold(0.0, f64::max);
+    let missed: Vec<String> = judged
+        .iter()
+        .filter(|(_, ratio, p50)| !ok(*ratio, *p50))
+        .map(|(r, ratio, p50)| format!("{} {} {ratio:.2}× p50 {p50:.2} ms", r.scenario, r.shape))
+        .collect();
+    let rows = if judged.len() == 1 { "row" } else { "rows" };
+    let mut measured = format!(
+        "{} {rows}: lowest {lowest:.2}×, highest p50 {p50:.2} ms",
+        judged.len()
+    );
+    if !missed.is_empty() {
+        measured.push_str(&format!("; missed: {}", missed.join(", ")));
+    }
+    target(name, measured, Some(missed.is_empty()))
+}
+
 /// The spreads (when any group has more than one run) and the holds, as text.
 pub fn text(spreads: &[Spread], holds: &[Hold]) -> String {
     let mut out = String::new();
@@ -213,5 +291,52 @@ mod tests {
         assert!((holds[0].ratio - 0.85).abs() < 1e-9);
         assert!(!holds[0].met);
         assert!(text(&spreads, &holds).contains("0.85× — missed"));
+    }
+
+    #[test]
+    fn issue_25_ratio_targets_are_judged_on_the_slowest_run_of_each_row() {
+        let with_ratio = |mut r: Row, ratio: f64| {
+            r.ratio = Some(ratio);
+            r
+        };
+        let mut rows = vec![
+            with_ratio(row("lease-cycle", "hot", 1, 900.0, 4.0), 0.9),
+            with_ratio(row("lease-cycle", "hot", 1, 700.0, 4.4), 0.7),
+            with_ratio(
+                row("big-orbit", "lease-cycle unsettled", 1, 950.0, 4.0),
+                0.95,
+            ),
+            // Not a lease-cycle row: not judged at one client.
+            with_ratio(row("big-orbit", "write-mix", 1, 10.0, 4.0), 0.01),
+            with_ratio(row("write-mix", "hot unsettled", 32, 3000.0, 20.0), 0.75),
+            with_ratio(row("write-mix", "spread", 32, 10.0, 20.0), 0.01),
+        ];
+        let [one, mix] = <[Target; 2]>::try_from(worst_run_targets(&rows))
+            .ok()
+            .unwrap();
+        // The slower of the two hot runs counts: 0.7× misses.
+        assert_eq!(one.status, "missed", "{}", one.measured);
+        assert!(one.measured.contains("lowest 0.70×"), "{}", one.measured);
+        assert!(
+            one.measured.contains("missed: lease-cycle hot 0.70×"),
+            "{}",
+            one.measured
+        );
+        assert_eq!(mix.status, "met", "{}", mix.measured);
+        assert!(
+            mix.measured.starts_with("1 row: lowest 0.75×"),
+            "{}",
+            mix.measured
+        );
+
+        // p50 is the second half of the lease-cycle target.
+        rows.retain(|r| r.requests_per_s != Some(700.0));
+        let one = &worst_run_targets(&rows)[0];
+        assert_eq!(one.status, "met", "{}", one.measured);
+        rows[0].p50_ms = Some(1.3);
+        assert_eq!(worst_run_targets(&rows)[0].status, "missed");
+
+        // No row with a reference: not measured.
+        assert_eq!(worst_run_targets(&[])[1].status, "not measured");
     }
 }
