@@ -214,8 +214,9 @@ pub const MAX_GROUP: usize = 32;
 /// `o` goes to queue `o mod queues`, and runs in that queue's next group. Up to
 /// `lanes` groups of one queue run at once, each on its own blocking thread and
 /// pooled connection, and `lanes` more while the instance runs fewer than
-/// `queues × lanes` quick groups in all. Grouping gathers the writes that would otherwise have queued
-/// on an orbit's row lock, so they take that lock and flush their commit once, and
+/// `queues × lanes` quick groups in all (a busy queue borrows an idle one's lanes).
+/// Grouping gathers the writes that would otherwise have queued on an orbit's row
+/// lock, so they take that lock and flush their commit once, and
 /// the writes of the quiet orbits sharing a queue, which would otherwise each be a
 /// transaction and a commit of their own on a machine with few cores (a fixed
 /// number of queues rather than one per orbit: docs/DECISIONS.md, "Quick queues
