@@ -345,8 +345,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
     };
 
     let mut targets = evaluate(&rows, &mem);
-    targets.extend(repeats::worst_run_targets(&rows));
     let spreads = repeats::spreads(&rows);
+    targets.extend(repeats::worst_run_targets(&spreads));
     let holds = repeats::holds(&spreads);
     let mut references = Vec::new();
     let mut keys: Vec<_> = refs.cache.keys().copied().collect();

@@ -22,6 +22,8 @@ pub struct Spread {
     /// The slowest run's latencies.
     pub worst_p50_ms: Option<f64>,
     pub worst_p99_ms: Option<f64>,
+    /// The slowest run's throughput against its reference.
+    pub worst_ratio: Option<f64>,
     pub errors: u64,
 }
 
@@ -95,6 +97,7 @@ pub fn spreads(rows: &[Row]) -> Vec<Spread> {
             },
             worst_p50_ms: worst.and_then(|r| r.p50_ms),
             worst_p99_ms: worst.and_then(|r| r.p99_ms),
+            worst_ratio: worst.and_then(|r| r.ratio),
             errors: runs.iter().map(|r| r.errors).sum(),
         });
     }
@@ -124,40 +127,24 @@ pub fn holds(spreads: &[Spread]) -> Vec<Hold> {
         .collect()
 }
 
-/// The slowest run of every group of `rows` that `pick` takes (by scenario, shape
-/// and client count), in the rows' order.
-fn worst_runs(rows: &[Row], pick: impl Fn(&Row) -> bool) -> Vec<&Row> {
-    let mut worst: Vec<&Row> = Vec::new();
-    for r in rows
-        .iter()
-        .filter(|r| r.requests_per_s.is_some() && pick(r))
-    {
-        let same = |w: &&mut &Row| {
-            w.scenario == r.scenario && w.shape == r.shape && w.clients == r.clients
-        };
-        match worst.iter_mut().find(same) {
-            Some(w) if r.requests_per_s < w.requests_per_s => *w = r,
-            Some(_) => {}
-            None => worst.push(r),
-        }
-    }
-    worst
-}
-
 /// Issue 25's targets against tpcb-like, each on the slowest run of every group it
 /// covers: every lease-cycle row at one client ≥ 0.8× with p50 < 1.2 ms (a single
 /// agent must not be slower than on Titen), and the hot write mix at 32 clients ≥
 /// 0.6×, settled or not. "not measured" when no such row ran or has no reference.
-pub fn worst_run_targets(rows: &[Row]) -> Vec<Target> {
-    let lease_cycle = |r: &Row| match r.scenario.as_str() {
+pub fn worst_run_targets(spreads: &[Spread]) -> Vec<Target> {
+    let lease_cycle = |s: &Spread| match s.scenario.as_str() {
         "lease-cycle" | "lease-cycle-fresh" => true,
-        "big-orbit" => r.shape.starts_with("lease-cycle"),
+        "big-orbit" => s.shape.starts_with("lease-cycle"),
         _ => false,
     };
-    let one = worst_runs(rows, |r| r.clients == 1 && lease_cycle(r));
-    let hot_mix = worst_runs(rows, |r| {
-        r.clients == 32 && r.scenario == "write-mix" && r.shape.starts_with("hot")
-    });
+    let one: Vec<&Spread> = spreads
+        .iter()
+        .filter(|s| s.clients == 1 && lease_cycle(s))
+        .collect();
+    let hot_mix: Vec<&Spread> = spreads
+        .iter()
+        .filter(|s| s.clients == 32 && s.scenario == "write-mix" && s.shape.starts_with("hot"))
+        .collect();
     vec![
         worst_target(
             "lease cycle @1 (every lease-cycle row, its slowest run) ≥ 0.8× tpcb-like and p50 < 1.2 ms",
@@ -172,12 +159,13 @@ pub fn worst_run_targets(rows: &[Row]) -> Vec<Target> {
     ]
 }
 
-/// One target over the slowest runs `worst`: met when each meets `ok(ratio, p50)`;
-/// measured as the lowest ratio and the highest p50, and the rows that missed.
-fn worst_target(name: &str, worst: &[&Row], ok: impl Fn(f64, f64) -> bool) -> Target {
-    let judged: Vec<(&Row, f64, f64)> = worst
+/// One target over the groups `worst`, each judged on its slowest run: met when each
+/// meets `ok(ratio, p50)`; measured as the lowest ratio and the highest p50, and the
+/// rows that missed.
+fn worst_target(name: &str, worst: &[&Spread], ok: impl Fn(f64, f64) -> bool) -> Target {
+    let judged: Vec<(&Spread, f64, f64)> = worst
         .iter()
-        .filter_map(|r| Some((*r, r.ratio?, r.p50_ms?)))
+        .filter_map(|s| Some((*s, s.worst_ratio?, s.worst_p50_ms?)))
         .collect();
     if judged.is_empty() || judged.len() < worst.len() {
         return target(name, "n/a".into(), None);
@@ -311,7 +299,7 @@ mod tests {
             with_ratio(row("write-mix", "hot unsettled", 32, 3000.0, 20.0), 0.75),
             with_ratio(row("write-mix", "spread", 32, 10.0, 20.0), 0.01),
         ];
-        let [one, mix] = <[Target; 2]>::try_from(worst_run_targets(&rows))
+        let [one, mix] = <[Target; 2]>::try_from(worst_run_targets(&spreads(&rows)))
             .ok()
             .unwrap();
         // The slower of the two hot runs counts: 0.7× misses.
@@ -331,10 +319,10 @@ mod tests {
 
         // p50 is the second half of the lease-cycle target.
         rows.retain(|r| r.requests_per_s != Some(700.0));
-        let one = &worst_run_targets(&rows)[0];
+        let one = &worst_run_targets(&spreads(&rows))[0];
         assert_eq!(one.status, "met", "{}", one.measured);
         rows[0].p50_ms = Some(1.3);
-        assert_eq!(worst_run_targets(&rows)[0].status, "missed");
+        assert_eq!(worst_run_targets(&spreads(&rows))[0].status, "missed");
 
         // No row with a reference: not measured.
         assert_eq!(worst_run_targets(&[])[1].status, "not measured");
