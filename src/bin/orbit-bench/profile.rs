@@ -161,6 +161,86 @@ impl Sampler {
     }
 }
 
+/// CPU time of the calling thread, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    // SAFETY: clock_gettime writes into the zeroed timespec we pass.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_THREAD_CPUTIME_ID is a valid clock.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t);
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// The machine's memory latency while a row runs: once a second, a walk of 100,000
+/// dependent loads through one random cycle over 8 MiB, timed in the walking
+/// thread's own CPU time (so waiting for a core does not count), in ns per load. On
+/// the shared hosts this runs on it moves up to 4× with nothing of ours running (the
+/// other tenants' use of the shared caches and memory), and the CPU a one-client
+/// request costs every process moves with it (docs/PERFORMANCE.md).
+pub struct MemoryWalk {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<(Vec<f64>, u64)>,
+}
+
+impl MemoryWalk {
+    const STEPS: usize = 100_000;
+
+    /// One cycle through 2 Mi slots (Sattolo's shuffle), built once per process.
+    fn cycle() -> &'static [u32] {
+        static CYCLE: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+        CYCLE.get_or_init(|| {
+            use rand::{Rng, SeedableRng};
+            let n = (8 << 20) / std::mem::size_of::<u32>();
+            let mut order: Vec<u32> = (0..n as u32).collect();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+            for i in (1..n).rev() {
+                order.swap(i, rng.gen_range(0..i));
+            }
+            let mut next = vec![0u32; n];
+            for w in 0..n {
+                next[order[w] as usize] = order[(w + 1) % n];
+            }
+            next
+        })
+    }
+
+    pub fn start() -> MemoryWalk {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let own_start = thread_cpu_ns();
+            let next = Self::cycle();
+            let (mut samples, mut at) = (Vec::new(), 0u32);
+            // At least one walk, however short the row.
+            loop {
+                let t0 = thread_cpu_ns();
+                for _ in 0..Self::STEPS {
+                    at = next[at as usize];
+                }
+                std::hint::black_box(at);
+                samples.push(thread_cpu_ns().saturating_sub(t0) as f64 / Self::STEPS as f64);
+                // Sleep a second in short steps, so that stopping is prompt.
+                for _ in 0..20 {
+                    if flag.load(Ordering::Relaxed) {
+                        return (samples, thread_cpu_ns().saturating_sub(own_start) / 1000);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        });
+        MemoryWalk { stop, handle }
+    }
+
+    /// The median ns per load, and the walk's own CPU time in µs.
+    pub fn finish(self) -> (Option<f64>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let (mut samples, own_us) = self.handle.join().unwrap_or_default();
+        samples.sort_by(f64::total_cmp);
+        (samples.get(samples.len() / 2).copied(), own_us)
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StatementRow {
     pub calls_per_unit: f64,
@@ -182,6 +262,8 @@ pub struct Profile {
     /// (other builds on a shared machine), as % of the machine.
     pub others_pct: Option<f64>,
     pub statements_per_unit: Option<f64>,
+    /// The machine's memory latency during the row ([`MemoryWalk`]), ns per load.
+    pub memory_walk_ns: Option<f64>,
     /// Mean number of the database's backends in each state.
     pub backend_states: BTreeMap<String, f64>,
     pub top_statements: Vec<StatementRow>,
@@ -200,6 +282,7 @@ pub struct Probe {
     pub children_cpu: u64,
     pub machine: Option<(u64, u64)>,
     pub sampler: Option<Sampler>,
+    pub walk: Option<MemoryWalk>,
 }
 
 impl Probe {
@@ -220,6 +303,7 @@ impl Probe {
             children_cpu: children_cpu_us(),
             machine: machine_cpu_us(),
             sampler: Some(Sampler::start(admin_url.to_owned(), datname.to_owned())),
+            walk: Some(MemoryWalk::start()),
         }
     }
 
@@ -227,6 +311,7 @@ impl Probe {
     /// load generator was a waited-for child (pgbench) rather than this process.
     pub fn finish(mut self, units: u64, client_is_child: bool) -> Profile {
         let sampled = self.sampler.take().map(Sampler::finish).unwrap_or_default();
+        let (memory_walk_ns, walk_us) = self.walk.take().map_or((None, 0), MemoryWalk::finish);
         let span = self.started.elapsed();
         // Let backends flush their statistics (at most once a second when idle).
         std::thread::sleep(Duration::from_millis(1100));
@@ -239,7 +324,8 @@ impl Probe {
             Some(children_cpu_us().saturating_sub(self.children_cpu))
         } else {
             match (proc_cpu_us(std::process::id()), self.self_cpu) {
-                (Some(b), Some(a)) => Some(b.saturating_sub(a)),
+                // Not the walk's own CPU: it measures the machine, not the load.
+                (Some(b), Some(a)) => Some(b.saturating_sub(a).saturating_sub(walk_us)),
                 _ => None,
             }
         };
@@ -271,6 +357,7 @@ impl Probe {
             machine_busy_pct: busy_pct,
             others_pct,
             statements_per_unit: None,
+            memory_walk_ns,
             backend_states: sampled
                 .states
                 .iter()
@@ -373,8 +460,8 @@ pub fn enable_pgss(server: &PgServer, cluster: Option<&PrivateCluster>) -> Resul
 
 pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
     let mut out = String::from(
-        "| row | units | service CPU µs | backends CPU µs | client CPU µs | machine busy % | others % | statements | backends: CPU / row lock / object lock / IO+WAL / idle in tx |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| row | units | service CPU µs | backends CPU µs | client CPU µs | machine busy % | others % | memory ns | statements | backends: CPU / row lock / object lock / IO+WAL / idle in tx |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     let line = |name: String, p: &Profile| {
         let sum = |pred: &dyn Fn(&str) -> bool| -> f64 {
@@ -393,13 +480,14 @@ pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
         let io = sum(&|k| k.contains("IO:") || k.contains("WAL"));
         let idle_tx = sum(&|k| k.starts_with("idle in transaction"));
         format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {cpu:.2} / {lock:.2} / {object:.2} / {io:.2} / {idle_tx:.2} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {cpu:.2} / {lock:.2} / {object:.2} / {io:.2} / {idle_tx:.2} |\n",
             p.units,
             fmt_opt(p.service_cpu_us, 0),
             fmt_opt(p.backend_cpu_us, 0),
             fmt_opt(p.client_cpu_us, 0),
             fmt_opt(p.machine_busy_pct, 0),
             fmt_opt(p.others_pct, 0),
+            fmt_opt(p.memory_walk_ns, 0),
             fmt_opt(p.statements_per_unit, 1),
         )
     };
@@ -420,4 +508,25 @@ pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_walk_is_one_cycle_through_every_slot() {
+        let next = MemoryWalk::cycle();
+        assert_eq!(next.len(), 2 << 20);
+        let (mut at, mut steps) = (next[0], 1usize);
+        while at != 0 {
+            at = next[at as usize];
+            steps += 1;
+        }
+        // A shorter cycle would keep the walk inside a cache-sized corner of it.
+        assert_eq!(steps, next.len());
+        let (ns, own_us) = MemoryWalk::start().finish();
+        assert!(ns.is_some_and(|ns| ns > 0.0), "{ns:?}");
+        assert!(own_us > 0);
+    }
 }
