@@ -186,7 +186,8 @@ pub struct MemoryWalk {
 impl MemoryWalk {
     const STEPS: usize = 100_000;
 
-    /// One cycle through 2 Mi slots (Sattolo's shuffle), built once per process.
+    /// The 2 Mi slots in a random order, linked into one cycle (`next[slot]` is the
+    /// slot after it), built once per process.
     fn cycle() -> &'static [u32] {
         static CYCLE: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
         CYCLE.get_or_init(|| {
@@ -195,7 +196,7 @@ impl MemoryWalk {
             let mut order: Vec<u32> = (0..n as u32).collect();
             let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
             for i in (1..n).rev() {
-                order.swap(i, rng.gen_range(0..i));
+                order.swap(i, rng.gen_range(0..=i));
             }
             let mut next = vec![0u32; n];
             for w in 0..n {
