@@ -61,6 +61,13 @@ pub struct Args {
     #[arg(long)]
     pub unsettled: bool,
 
+    /// Measure each row's pgbench reference right before that row, not once per
+    /// client count: a row's ratio then compares the two at the same moment of a
+    /// shared machine, whose speed moves within the hour. A run takes about twice
+    /// as long.
+    #[arg(long)]
+    pub paired_references: bool,
+
     /// The `events` scenario's subscribers: SSE streams of the hot orbit, open while
     /// the clients run the lease cycle there.
     #[arg(long, default_value_t = 1000)]

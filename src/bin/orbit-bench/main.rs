@@ -265,6 +265,8 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
             .then(|| "pgbench references skipped (--no-pgbench)".to_owned()),
         profile: args.profile.then_some(pgss),
         profiles: HashMap::new(),
+        paired: args.paired_references,
+        readings: Vec::new(),
     };
 
     let cfg = RunCfg {
@@ -358,6 +360,12 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
             clients,
             tps: r.as_ref().ok().copied(),
             error: r.as_ref().err().cloned(),
+            paired_readings: refs
+                .readings
+                .iter()
+                .filter(|(k, c, _)| refs.paired && (*k, *c) == (kind, clients))
+                .map(|(_, _, tps)| *tps)
+                .collect(),
             profile: refs.profiles.remove(&(kind, clients)),
         });
     }

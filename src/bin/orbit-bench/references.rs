@@ -21,6 +21,12 @@ pub struct References {
     /// Profile pgbench runs too (`--profile`): whether pg_stat_statements is there.
     pub profile: Option<bool>,
     pub profiles: HashMap<(RefKind, usize), Profile>,
+    /// `--paired-references`: measure again for every row. The first reading at each
+    /// client count (and its profile) stays in `cache` (the report's references);
+    /// each row keeps its own.
+    pub paired: bool,
+    /// Every reading taken, in order (several per client count when paired).
+    pub readings: Vec<(RefKind, usize, f64)>,
 }
 
 impl References {
@@ -74,8 +80,10 @@ impl References {
     }
 
     pub fn tps(&mut self, kind: RefKind, clients: usize) -> Result<f64, String> {
-        if let Some(r) = self.cache.get(&(kind, clients)) {
-            return r.clone();
+        match self.cache.get(&(kind, clients)) {
+            // A failed reference is not retried, paired or not.
+            Some(r) if !self.paired || r.is_err() => return r.clone(),
+            _ => {}
         }
         let result = self.prepare().and_then(|()| {
             let server = self.server.as_ref().ok_or("no server")?;
@@ -110,8 +118,8 @@ impl References {
                     .and_then(|v| v.split(['/', ' ']).next())
                     .and_then(|v| v.parse::<u64>().ok())
                     .unwrap_or(0);
-                self.profiles
-                    .insert((kind, clients), probe.finish(txns, true));
+                let profile = probe.finish(txns, true);
+                self.profiles.entry((kind, clients)).or_insert(profile);
             }
             text.lines()
                 .find_map(|l| l.trim().strip_prefix("tps = "))
@@ -119,7 +127,12 @@ impl References {
                 .and_then(|v| v.parse::<f64>().ok())
                 .ok_or_else(|| format!("no tps in pgbench output: {text}"))
         });
-        self.cache.insert((kind, clients), result.clone());
+        if let Ok(tps) = result {
+            self.readings.push((kind, clients, tps));
+        }
+        self.cache
+            .entry((kind, clients))
+            .or_insert_with(|| result.clone());
         result
     }
 }
@@ -141,4 +154,47 @@ pub fn find_pgbench() -> Option<PathBuf> {
         .collect();
     found.sort();
     found.pop()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// References with no server: any measurement fails, so a test sees whether
+    /// `tps` measured again or answered from its cache.
+    fn references(paired: bool) -> References {
+        let mut r = References {
+            pgbench: None,
+            server: None,
+            db: None,
+            cfg_duration: 1,
+            cache: HashMap::new(),
+            disabled: None,
+            profile: None,
+            profiles: HashMap::new(),
+            paired,
+            readings: Vec::new(),
+        };
+        r.cache.insert((RefKind::TpcbLike, 1), Ok(1000.0));
+        r
+    }
+
+    #[test]
+    fn paired_references_measure_again_for_every_row_and_keep_the_first() {
+        let mut once = references(false);
+        assert_eq!(once.tps(RefKind::TpcbLike, 1), Ok(1000.0));
+
+        let mut paired = references(true);
+        let again = paired.tps(RefKind::TpcbLike, 1);
+        assert!(again.is_err(), "measured again: {again:?}");
+        // The first reading stays the report's reference at that count.
+        assert_eq!(paired.cache[&(RefKind::TpcbLike, 1)], Ok(1000.0));
+
+        // A reference that failed is not tried again, paired or not.
+        let failed = paired.tps(RefKind::TpcbLike, 8);
+        assert!(failed.is_err());
+        paired.server = None;
+        paired.disabled = Some("would have run".into());
+        assert_eq!(paired.tps(RefKind::TpcbLike, 8), failed);
+    }
 }

@@ -346,6 +346,10 @@ pub struct RefRow {
     pub clients: usize,
     pub tps: Option<f64>,
     pub error: Option<String>,
+    /// With `--paired-references`: every reading at this client count, in order
+    /// (`tps` is the first); each row's `reference_tps` is the one taken before it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paired_readings: Vec<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
 }
@@ -430,6 +434,18 @@ impl Report<'_> {
             out.push_str("\nreferences (pgbench on the same server):\n");
             for r in &self.references {
                 match (r.tps, &r.error) {
+                    (Some(t), _) if r.paired_readings.len() > 1 => {
+                        let (lo, hi) = r
+                            .paired_readings
+                            .iter()
+                            .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+                        out.push_str(&format!(
+                            "- {} @{}: {t:.1} TPS first; paired with each row: {} readings, {lo:.1}-{hi:.1}\n",
+                            r.reference.name(),
+                            r.clients,
+                            r.paired_readings.len()
+                        ))
+                    }
                     (Some(t), _) => out.push_str(&format!(
                         "- {} @{}: {t:.1} TPS\n",
                         r.reference.name(),
