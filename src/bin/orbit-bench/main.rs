@@ -18,8 +18,9 @@
 //! a Markdown table and writes the same rows as JSON, with the service's memory,
 //! the token cache hit rate and every target marked met or missed.
 //!
-//! Every figure is a ratio against the reference measured in the same run: the
-//! machine is small and shared, so absolute numbers mean little.
+//! Every figure is a ratio against the reference measured in the same run (with
+//! `--paired-references`, right before its row): the machine is small and shared,
+//! so absolute numbers mean little.
 //!
 //! The modules: [`cli`] (flags and scenario names), [`service`] (the PostgreSQL
 //! server and the service process, through `orbit_commons::testkit`), [`client`]

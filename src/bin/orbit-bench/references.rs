@@ -1,5 +1,6 @@
 //! The references: `pgbench -b tpcb-like` and `pgbench -S` on the same server, at
-//! the same client counts.
+//! the same client counts; once per client count, or before every row
+//! (`--paired-references`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
