@@ -129,9 +129,10 @@ pub fn holds(spreads: &[Spread]) -> Vec<Hold> {
 }
 
 /// Issue 25's targets against tpcb-like, each on the worst run of every group it
-/// covers (its lowest ratio, and the slowest run's p50): every lease-cycle row at one client ≥ 0.8× with p50 < 1.2 ms (a single
-/// agent must not be slower than on Titen), and the hot write mix at 32 clients ≥
-/// 0.6×, settled or not. "not measured" when no such row ran or has no reference.
+/// covers (its lowest ratio, and the slowest run's p50): every lease-cycle row at
+/// one client ≥ 0.8× with p50 < 1.2 ms (a single agent must not be slower than on
+/// Titen), and the hot write mix at 32 clients ≥ 0.6×, settled or not. "not
+/// measured" when no such row ran or has no reference.
 pub fn worst_run_targets(spreads: &[Spread]) -> Vec<Target> {
     let lease_cycle = |s: &Spread| match s.scenario.as_str() {
         "lease-cycle" | "lease-cycle-fresh" => true,
@@ -283,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_ratio_targets_are_judged_on_the_slowest_run_of_each_row() {
+    fn issue_25_ratio_targets_are_judged_on_the_worst_run_of_each_row() {
         let with_ratio = |mut r: Row, ratio: f64| {
             r.ratio = Some(ratio);
             r

@@ -117,29 +117,34 @@ pub fn target(name: &str, measured: String, met: Option<bool>) -> Target {
     }
 }
 
-/// The run of `scenario`/`shape` at `clients` that a target without a ratio judges:
-/// the slowest one when `--repeats` ran it more than once.
-pub fn find<'a>(rows: &'a [Row], scenario: &str, shape: &str, clients: usize) -> Option<&'a Row> {
+/// The run of `scenario`/`shape` at `clients` lowest in `key` (None: not counted),
+/// with that value: the worst run a target judges when `--repeats` ran it more than once.
+fn worst_run<'a>(
+    rows: &'a [Row],
+    (scenario, shape, clients): (&str, &str, usize),
+    key: impl Fn(&Row) -> Option<f64>,
+) -> Option<(f64, &'a Row)> {
     rows.iter()
         .filter(|r| r.scenario == scenario && r.shape == shape && r.clients == clients)
-        .filter_map(|r| Some((r.requests_per_s?, r)))
+        .filter_map(|r| Some((key(r)?, r)))
         .min_by(|(a, _), (b, _)| a.total_cmp(b))
-        .map(|(_, r)| r)
 }
 
-/// The run of `scenario`/`shape` at `clients` that a ratio target judges, with its
-/// ratio: the one lowest against its reference (the slowest run when one reference
-/// serves every run; with `--paired-references`, each run against its own).
+/// The run a target without a ratio judges: the slowest.
+pub fn find<'a>(rows: &'a [Row], scenario: &str, shape: &str, clients: usize) -> Option<&'a Row> {
+    worst_run(rows, (scenario, shape, clients), |r| r.requests_per_s).map(|(_, r)| r)
+}
+
+/// The run a ratio target judges, with its ratio: the one lowest against its
+/// reference (the slowest run when one reference serves every run; with
+/// `--paired-references`, each run against its own).
 fn lowest_ratio<'a>(
     rows: &'a [Row],
     scenario: &str,
     shape: &str,
     clients: usize,
 ) -> Option<(f64, &'a Row)> {
-    rows.iter()
-        .filter(|r| r.scenario == scenario && r.shape == shape && r.clients == clients)
-        .filter_map(|r| Some((r.ratio?, r)))
-        .min_by(|(a, _), (b, _)| a.total_cmp(b))
+    worst_run(rows, (scenario, shape, clients), |r| r.ratio)
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
