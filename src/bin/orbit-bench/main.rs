@@ -60,7 +60,7 @@ use serde_json::json;
 use crate::bulk::Bulk;
 use crate::cli::{Args, Scenario};
 use crate::client::Api;
-use crate::profile::{enable_pgss, Probe};
+use crate::profile::{enable_pgss, time_wal_flushes, Probe};
 use crate::references::{find_pgbench, References};
 use crate::report::{
     evaluate, fmt_opt, link_events, load_average, memory_kib, Machine, Memory, RefRow, Report, Row,
@@ -190,6 +190,7 @@ async fn run(args: &Args, scenarios: &[Scenario], res: &mut Resources) -> Result
             };
             if args.profile {
                 pgss = enable_pgss(&server, res.cluster.as_ref())?;
+                time_wal_flushes(&server, res.cluster.as_ref())?;
             }
             res.server = Some(server);
             let port = free_port()?;

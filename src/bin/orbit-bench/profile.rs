@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Bool, Double, Text};
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl};
 use orbit_commons::testkit::database::admin_exec;
 use orbit_commons::testkit::{PgServer, PrivateCluster};
@@ -242,6 +242,51 @@ impl MemoryWalk {
     }
 }
 
+/// The cluster's WAL counters (`pg_stat_wal`): bytes written, flushes (fdatasync
+/// of a commit, or of the WAL writer), and the time spent in the flushes, counted
+/// only while `track_wal_io_timing` is on (the bench turns it on in its private
+/// cluster for a profiled run: [`time_wal_flushes`]).
+#[derive(Debug, Clone, Copy, PartialEq, QueryableByName)]
+pub struct WalCounters {
+    #[diesel(sql_type = Double)]
+    bytes: f64,
+    #[diesel(sql_type = BigInt)]
+    flushes: i64,
+    #[diesel(sql_type = Double)]
+    flush_ms: f64,
+    #[diesel(sql_type = Bool)]
+    timed: bool,
+}
+
+impl WalCounters {
+    fn read(admin_url: &str) -> Option<WalCounters> {
+        let mut conn = PgConnection::establish(admin_url).ok()?;
+        diesel::sql_query(
+            "SELECT wal_bytes::float8 AS bytes, wal_sync AS flushes, \
+                    wal_sync_time AS flush_ms, \
+                    current_setting('track_wal_io_timing')::bool AS timed \
+             FROM pg_stat_wal",
+        )
+        .get_result(&mut conn)
+        .ok()
+    }
+
+    /// Per unit over a row from `before` to `self`: WAL bytes, flushes (below 1:
+    /// commits shared a flush), and the mean µs of one flush, which is only known
+    /// when the flushes were timed at both ends (else `None`, never 0).
+    fn per_unit(&self, before: &WalCounters, units: u64) -> (f64, f64, Option<f64>) {
+        let units = units.max(1) as f64;
+        let flushes = self.flushes.saturating_sub(before.flushes);
+        let mean_us = (self.timed && before.timed && flushes > 0)
+            .then(|| (self.flush_ms - before.flush_ms) * 1000.0 / flushes as f64);
+        (
+            (self.bytes - before.bytes) / units,
+            flushes as f64 / units,
+            mean_us,
+        )
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StatementRow {
     pub calls_per_unit: f64,
@@ -265,6 +310,11 @@ pub struct Profile {
     pub statements_per_unit: Option<f64>,
     /// The machine's memory latency during the row ([`MemoryWalk`]), ns per load.
     pub memory_walk_ns: Option<f64>,
+    /// The cluster's WAL during the row, per unit ([`WalCounters`]): bytes, flushes,
+    /// and the mean µs of one flush (`None` when flushes were not timed).
+    pub wal_bytes_per_unit: Option<f64>,
+    pub wal_flushes_per_unit: Option<f64>,
+    pub wal_flush_us: Option<f64>,
     /// Mean number of the database's backends in each state.
     pub backend_states: BTreeMap<String, f64>,
     pub top_statements: Vec<StatementRow>,
@@ -284,6 +334,7 @@ pub struct Probe {
     pub machine: Option<(u64, u64)>,
     pub sampler: Option<Sampler>,
     pub walk: Option<MemoryWalk>,
+    pub wal: Option<WalCounters>,
 }
 
 impl Probe {
@@ -305,6 +356,7 @@ impl Probe {
             machine: machine_cpu_us(),
             sampler: Some(Sampler::start(admin_url.to_owned(), datname.to_owned())),
             walk: Some(MemoryWalk::start()),
+            wal: WalCounters::read(admin_url),
         }
     }
 
@@ -329,6 +381,10 @@ impl Probe {
                 (Some(b), Some(a)) => Some(b.saturating_sub(a).saturating_sub(walk_us)),
                 _ => None,
             }
+        };
+        let wal = match (self.wal, WalCounters::read(&self.admin_url)) {
+            (Some(before), Some(after)) => Some(after.per_unit(&before, units)),
+            _ => None,
         };
         let backend_us = sampled.backend_cpu_us();
         let (busy_pct, others_pct) = match (machine_cpu_us(), self.machine) {
@@ -359,6 +415,9 @@ impl Probe {
             others_pct,
             statements_per_unit: None,
             memory_walk_ns,
+            wal_bytes_per_unit: wal.map(|w| w.0),
+            wal_flushes_per_unit: wal.map(|w| w.1),
+            wal_flush_us: wal.and_then(|w| w.2),
             backend_states: sampled
                 .states
                 .iter()
@@ -459,10 +518,21 @@ pub fn enable_pgss(server: &PgServer, cluster: Option<&PrivateCluster>) -> Resul
     Ok(true)
 }
 
+/// Times the WAL flushes of the private cluster (profile runs only; a server the
+/// bench did not start keeps its settings, and its flushes are timed only if it
+/// already does): `track_wal_io_timing` on, applied by a reload.
+pub fn time_wal_flushes(server: &PgServer, cluster: Option<&PrivateCluster>) -> Result<(), String> {
+    if cluster.is_some() {
+        admin_exec(server, "ALTER SYSTEM SET track_wal_io_timing = on")?;
+        admin_exec(server, "SELECT pg_reload_conf()")?;
+    }
+    Ok(())
+}
+
 pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
     let mut out = String::from(
-        "| row | units | service CPU µs | backends CPU µs | client CPU µs | machine busy % | others % | memory ns | statements | backends: CPU / row lock / object lock / IO+WAL / idle in tx |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| row | units | service CPU µs | backends CPU µs | client CPU µs | machine busy % | others % | memory ns | WAL B / flushes / flush µs | statements | backends: CPU / row lock / object lock / IO+WAL / idle in tx |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     let line = |name: String, p: &Profile| {
         let sum = |pred: &dyn Fn(&str) -> bool| -> f64 {
@@ -481,7 +551,7 @@ pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
         let io = sum(&|k| k.contains("IO:") || k.contains("WAL"));
         let idle_tx = sum(&|k| k.starts_with("idle in transaction"));
         format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {cpu:.2} / {lock:.2} / {object:.2} / {io:.2} / {idle_tx:.2} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} | {cpu:.2} / {lock:.2} / {object:.2} / {io:.2} / {idle_tx:.2} |\n",
             p.units,
             fmt_opt(p.service_cpu_us, 0),
             fmt_opt(p.backend_cpu_us, 0),
@@ -489,6 +559,9 @@ pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
             fmt_opt(p.machine_busy_pct, 0),
             fmt_opt(p.others_pct, 0),
             fmt_opt(p.memory_walk_ns, 0),
+            fmt_opt(p.wal_bytes_per_unit, 0),
+            fmt_opt(p.wal_flushes_per_unit, 2),
+            fmt_opt(p.wal_flush_us, 0),
             fmt_opt(p.statements_per_unit, 1),
         )
     };
@@ -514,6 +587,28 @@ pub fn profile_table(rows: &[Row], refs: &[RefRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flush_is_timed_only_when_the_timing_was_on_at_both_ends() {
+        let at = |bytes, flushes, flush_ms, timed| WalCounters {
+            bytes,
+            flushes,
+            flush_ms,
+            timed,
+        };
+        let before = at(1_000.0, 10, 5.0, true);
+        // 400 requests, 100 flushes taking 30 ms in all: a flush per 4 requests, 300 µs.
+        let row = at(801_000.0, 110, 35.0, true).per_unit(&before, 400);
+        assert_eq!(row, (2_000.0, 0.25, Some(300.0)));
+        // Untimed at either end: the time is unknown, not zero.
+        let untimed = at(801_000.0, 110, 5.0, false).per_unit(&before, 400);
+        assert_eq!(untimed, (2_000.0, 0.25, None));
+        let started_untimed =
+            at(801_000.0, 110, 35.0, true).per_unit(&at(1_000.0, 10, 5.0, false), 400);
+        assert_eq!(started_untimed.2, None);
+        // No flush, no mean.
+        assert_eq!(before.per_unit(&before, 400), (0.0, 0.0, None));
+    }
 
     #[test]
     fn the_memory_walk_is_one_cycle_through_every_slot() {
