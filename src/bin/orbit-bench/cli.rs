@@ -81,8 +81,9 @@ pub struct Args {
     /// Also profile every row: CPU per request of the service, its database backends
     /// and the load generator; transactions and (with pg_stat_statements, which is
     /// preloaded into the private cluster for this) statements per request; what the
-    /// backends wait on. Sampling costs a little throughput: take the headline table
-    /// from a run without it.
+    /// backends wait on; the machine's memory latency; WAL bytes and flushes per
+    /// request and the mean flush time (timed in the private cluster). Sampling costs
+    /// a little throughput: take the headline table from a run without it.
     #[arg(long)]
     pub profile: bool,
 }
