@@ -1,7 +1,9 @@
 //! Wake-ups for long polls of the change feed.
 //!
 //! Waiters subscribe to an in-process broadcast of orbit ids and hold neither a
-//! database connection nor a blocking thread while they wait. A single listener
+//! database connection nor a blocking thread while they wait. A consumer that
+//! cares about a few orbits only (the webhook engine) watches them instead
+//! ([`ChangeHub::watch`]): a write in any other orbit does not wake it. A single listener
 //! thread per instance runs `LISTEN orbit_changes` on its own connection and
 //! forwards every notification, so a write on any instance wakes waiters on all of
 //! them. Writes on this instance also wake local waiters directly after commit.
@@ -15,13 +17,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{Array, BigInt};
 use diesel::{Connection, PgConnection, RunQueryDsl};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::db::BindNext;
 use crate::domain::revision::NOTIFY_CHANNEL;
@@ -51,9 +53,17 @@ pub async fn woken(rx: &mut broadcast::Receiver<i64>, orbit: i64, within: Durati
 /// The least time between two `NOTIFY` batches of one instance.
 const NOTIFY_LINGER: Duration = Duration::from_millis(10);
 
+/// A consumer woken only by changes of the orbits it wants ([`ChangeHub::watch`]).
+struct Watch {
+    wants: Box<dyn Fn(i64) -> bool + Send + Sync>,
+    /// Counts the wake-ups; the receiver waits for it to move.
+    woken: watch::Sender<u64>,
+}
+
 #[derive(Clone)]
 pub struct ChangeHub {
     tx: broadcast::Sender<i64>,
+    watches: Arc<RwLock<Vec<Watch>>>,
     stop: Arc<AtomicBool>,
     /// Orbits whose changes committed here and still need a `NOTIFY`.
     outbox: Arc<(Mutex<BTreeSet<i64>>, Condvar)>,
@@ -68,6 +78,7 @@ impl Default for ChangeHub {
         let (tx, _) = broadcast::channel(1024);
         ChangeHub {
             tx,
+            watches: Arc::default(),
             stop: Arc::new(AtomicBool::new(false)),
             outbox: Arc::new((Mutex::new(BTreeSet::new()), Condvar::new())),
             notifier_pid: Arc::default(),
@@ -80,9 +91,37 @@ impl ChangeHub {
         self.tx.subscribe()
     }
 
+    /// A wake-up for each change of an orbit `wants` accepts, and for
+    /// [`ALL_ORBITS`]; a change of any other orbit wakes nothing. Wake-ups that come
+    /// while the receiver is busy are one (`changed` then returns at once).
+    pub fn watch(
+        &self,
+        wants: impl Fn(i64) -> bool + Send + Sync + 'static,
+    ) -> watch::Receiver<u64> {
+        let (woken, rx) = watch::channel(0);
+        self.watches
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Watch {
+                wants: Box::new(wants),
+                woken,
+            });
+        rx
+    }
+
     /// Wakes this instance's waiters on `orbit_id`.
     pub fn notify(&self, orbit_id: i64) {
         let _ = self.tx.send(orbit_id);
+        for w in self
+            .watches
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            if orbit_id == ALL_ORBITS || (w.wants)(orbit_id) {
+                w.woken.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
     }
 
     /// After a write committed: wakes local waiters now and queues the `NOTIFY` that
@@ -90,11 +129,12 @@ impl ChangeHub {
     pub fn publish(&self, orbit_id: i64) {
         self.notify(orbit_id);
         let (queue, ready) = &*self.outbox;
-        queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(orbit_id);
-        ready.notify_one();
+        let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+        // The notifier waits only for an empty outbox: whoever filled it woke it.
+        if q.is_empty() {
+            ready.notify_one();
+        }
+        q.insert(orbit_id);
     }
 
     /// Starts the thread that sends queued notifications, coalesced, in one statement
@@ -416,5 +456,32 @@ impl Drop for PollSlot<'_> {
 impl Drop for OwnedPollSlot {
     fn drop(&mut self) {
         self.counts.give_back(self.client);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_wakes_for_its_orbits_and_for_all_but_not_for_others() {
+        let hub = ChangeHub::default();
+        let mut rx = hub.watch(|orbit| orbit == 7);
+        hub.publish(8);
+        hub.notify(9);
+        assert!(!rx.has_changed().unwrap(), "other orbits wake nothing");
+        hub.publish(7);
+        hub.publish(7);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        assert!(
+            !rx.has_changed().unwrap(),
+            "two wake-ups while busy are one"
+        );
+        hub.notify(ALL_ORBITS);
+        assert!(
+            rx.has_changed().unwrap(),
+            "every orbit includes the watched ones"
+        );
     }
 }

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use diesel::{PgConnection, QueryResult};
 use serde::Serialize;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
 
 use crate::db::{self, PgPool};
@@ -82,7 +81,7 @@ impl WatchedOrbits {
         w.added += 1;
     }
 
-    fn contains(&self, orbit: i64) -> bool {
+    pub fn contains(&self, orbit: i64) -> bool {
         self.lock().orbits.contains(&orbit)
     }
 
@@ -254,7 +253,8 @@ fn client(s: &Settings) -> reqwest::Client {
 
 async fn engine_loop(ctx: Arc<Ctx>) {
     let http = client(&ctx.settings);
-    let mut changes = ctx.core.hub.subscribe();
+    let watched = ctx.core.webhook_orbits.clone();
+    let mut changes = ctx.core.hub.watch(move |orbit| watched.contains(orbit));
     let mut next_sweep = tokio::time::Instant::now();
     while !ctx.stopping() {
         let sweep = tokio::time::Instant::now() >= next_sweep;
@@ -265,43 +265,29 @@ async fn engine_loop(ctx: Arc<Ctx>) {
         let last_pass = Instant::now();
         // Until a reason to claim: a change in a watched orbit, the end of a
         // delivery (or the stop), the sweep.
-        loop {
-            tokio::select! {
-                first = changes.recv() => {
-                    if watched_change(&ctx, first, &mut changes) {
-                        // Under a stream of writes, one pass per few milliseconds
-                        // covers them all (a subscription being delivered picks up
-                        // its own new changes without a pass).
-                        let since = last_pass.elapsed();
-                        if since < PASS_GAP {
-                            tokio::time::sleep(PASS_GAP - since).await;
-                        }
-                        while changes.try_recv().is_ok() {}
-                        break;
-                    }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    // The hub is gone (the instance is stopping): the sweep only.
+                    tokio::time::sleep_until(next_sweep).await;
+                    continue;
                 }
-                _ = ctx.wake.notified() => break,
-                _ = tokio::time::sleep_until(next_sweep) => break,
+                // Under a stream of writes, one pass per few milliseconds covers them
+                // all (a subscription being delivered picks up its own new changes
+                // without a pass).
+                let since = last_pass.elapsed();
+                if since < PASS_GAP {
+                    tokio::time::sleep(PASS_GAP - since).await;
+                }
+                changes.borrow_and_update();
             }
+            _ = ctx.wake.notified() => {}
+            _ = tokio::time::sleep_until(next_sweep) => {}
         }
     }
     let deadline = Instant::now() + STOP_GRACE;
     while ctx.running.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Whether the hub's news (`first`, then whatever else is queued) names a watched
-/// orbit. Missed news (the receiver lagged) or a closed hub count as yes.
-fn watched_change(ctx: &Ctx, first: Result<i64, RecvError>, changes: &mut Receiver<i64>) -> bool {
-    let watched = &ctx.core.webhook_orbits;
-    let mut any = first.map_or(true, |orbit| watched.contains(orbit));
-    loop {
-        match changes.try_recv() {
-            Ok(orbit) => any = any || watched.contains(orbit),
-            Err(TryRecvError::Empty) => return any,
-            Err(_) => return true,
-        }
     }
 }
 
