@@ -3,8 +3,8 @@
 //! Waiters subscribe to an in-process broadcast of orbit ids and hold neither a
 //! database connection nor a blocking thread while they wait. A consumer that
 //! cares about a few orbits only (the webhook engine) watches them instead
-//! ([`ChangeHub::watch`]): a write in any other orbit does not wake it. A single listener
-//! thread per instance runs `LISTEN orbit_changes` on its own connection and
+//! ([`ChangeHub::watch`]): a write in any other orbit does not wake it. A single
+//! listener thread per instance runs `LISTEN orbit_changes` on its own connection and
 //! forwards every notification, so a write on any instance wakes waiters on all of
 //! them. Writes on this instance also wake local waiters directly after commit.
 //!
@@ -93,7 +93,8 @@ impl ChangeHub {
 
     /// A wake-up for each change of an orbit `wants` accepts, and for
     /// [`ALL_ORBITS`]; a change of any other orbit wakes nothing. Wake-ups that come
-    /// while the receiver is busy are one (`changed` then returns at once).
+    /// while the receiver is busy are one (`changed` then returns at once). A watch
+    /// lasts as long as the hub: for a consumer that runs as long as the instance.
     pub fn watch(
         &self,
         wants: impl Fn(i64) -> bool + Send + Sync + 'static,
