@@ -5,11 +5,11 @@
 //! which moves `delivered_through`, schedules the retry with its backoff, or
 //! disables the subscription after the last attempt. No database connection is
 //! held while a request is out. Woken by the change hub (a write on any instance)
-//! in an orbit that has an ACTIVE subscription ([`WatchedOrbits`]: a change in any
-//! other orbit costs no claim), and by a periodic sweep, which claims in every
-//! orbit and reads the watched orbits again (retries that came due, missed
-//! wake-ups, claims left by a killed instance, subscriptions made on another
-//! instance).
+//! in an orbit that has an ACTIVE subscription ([`WatchedOrbits`], the filter of
+//! its `ChangeHub::watch`: a change in any other orbit wakes nothing), and by a
+//! periodic sweep, which claims in every orbit and reads the watched orbits again
+//! (retries that came due, missed wake-ups, claims left by a killed instance,
+//! subscriptions made on another instance).
 //!
 //! At least once: progress is recorded only after the receiver answered, so an
 //! instance killed mid-request leaves that change to be sent again by whichever
@@ -81,7 +81,7 @@ impl WatchedOrbits {
         w.added += 1;
     }
 
-    pub fn contains(&self, orbit: i64) -> bool {
+    fn contains(&self, orbit: i64) -> bool {
         self.lock().orbits.contains(&orbit)
     }
 
