@@ -203,8 +203,8 @@ pub struct Written {
 /// Runs an authenticated write (see the module doc) and returns what was committed
 /// or replayed. `key` is the idempotency key as the caller sent it, in the header's
 /// form; `quick`, when given, runs first in the next group of quick writes and, when
-/// it declines, `work` runs as its own unit of work (one `web::block`, one pool
-/// checkout).
+/// it declines, `work` runs as an ordinary write (`Commits::transact`: in the write
+/// group of the orbit the token last wrote to, or alone).
 pub async fn run<F>(
     state: &Core,
     bearer: Bearer,

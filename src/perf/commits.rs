@@ -16,8 +16,8 @@
 //! the commit, not through its writes' own statements: the orbit's other lane (or
 //! an instance's) runs its writes meanwhile. A write whose work fails is rolled back to its
 //! savepoint alone and answered its error, as its own transaction would have been.
-//! After the first write every later write of the group gives up a lock wait at
-//! once (`lock_timeout`): whatever it would wait for is held elsewhere, and waiting
+//! After the first write every later write of the group gives up a lock wait within
+//! 10 ms (`lock_timeout`): whatever it would wait for is held elsewhere, and waiting
 //! inside the group would stall the group (or close a cycle with another group).
 //! Such a write, or one that met a deadlock or a serialization failure, is rolled
 //! back to its savepoint and runs again alone, after the group's commit, exactly as

@@ -1,8 +1,10 @@
 //! Performance mechanisms beside the domain layer, on one queue mechanism
-//! (`lanes`): group commit for every ordinary write (`commits`), grouped
-//! lease-cycle writes in one statement (`quick`), grouped single-row reads
-//! (`readgroup`); and the list cache (`listcache`). Each keeps the answer the ordinary path would give; none decides a
-//! rule. They import store, model, db and error, never `domain` or `http`.
+//! (`lanes`): group commit for every ordinary write (`commits`), quick writes (the
+//! lease cycle, plain creations and revisions) grouped in one statement (`quick`),
+//! grouped single-row reads (`readgroup`); and the list cache (`listcache`) and the
+//! search statistics a search plans from (`searchstats`). Each keeps the answer the
+//! ordinary path would give; none decides a rule. They import store, model, db and
+//! error, never `domain` or `http`.
 
 pub mod commits;
 pub mod lanes;

@@ -25,12 +25,13 @@
 //! inserts `task_insert` and `contribution_insert`, and `contribution_revise`.
 //! When the verdict is not a plain yes, or anything else might apply (a key seen
 //! before, an open lease to end, a pending handoff to supersede, a token whose use
-//! is due to be recorded, a token this instance has not verified yet, artifacts to
-//! check, a revision by someone else or from a base that moved on...) the function
-//! raises `quick_declined`, its subtransaction rolls back having changed nothing,
-//! and once the group has committed the write runs through
-//! the ordinary path, which asks the same verdict and words the refusal. The
-//! integration tests compare each quick response, byte for byte, with the ordinary
+//! is due to be recorded, a revised contribution's artifacts to check, a revision
+//! by someone else or from a base that moved on...) the function raises
+//! `quick_declined`, its subtransaction rolls back having changed nothing, and once
+//! the group has committed the write runs through the ordinary path, which asks the
+//! same verdict and words the refusal. (A write whose token this instance has not
+//! verified yet is not sent here at all: `domain::write::run` gives it to the
+//! ordinary path, which verifies the token.) The integration tests compare each quick response, byte for byte, with the ordinary
 //! read of what it wrote, and count on `/metrics` that the quick path ran and how
 //! the writes were grouped.
 
@@ -210,7 +211,8 @@ pub const MAX_GROUP: usize = 32;
 /// The quick writes of this instance, run in groups (group commit) on [`Lanes`].
 ///
 /// A write is queued by the orbit it most likely writes to (the orbit of its
-/// token's last quick write; a token with none yet has a queue of its own): orbit
+/// token's last committed write, quick or ordinary: [`Hints`] is shared with the
+/// ordinary write groups; a token with none yet has a queue of its own): orbit
 /// `o` goes to queue `o mod queues`, and runs in that queue's next group. Up to
 /// `lanes` groups of one queue run at once, each on its own blocking thread and
 /// pooled connection, and `lanes` more while the instance runs fewer than
