@@ -81,11 +81,12 @@ pub struct Config {
     pub quick_queues: Option<u32>,
 
     /// HTTP worker threads (default: the number of cores).
-    #[arg(long, env = "ORBIT_WORKERS")]
-    pub workers: Option<usize>,
+    #[arg(long, env = "ORBIT_WORKERS",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
 
-    /// Log filter, in tracing's EnvFilter syntax.
-    #[arg(long, env = "ORBIT_LOG", default_value = "info")]
+    /// Log filter, in tracing's EnvFilter syntax; one it cannot read stops the start.
+    #[arg(long, env = "ORBIT_LOG", default_value = "info", value_parser = log_filter)]
     pub log: String,
 
     /// Log format.
@@ -214,6 +215,12 @@ pub struct Config {
     pub test_short_durations: bool,
 }
 
+fn log_filter(value: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(value)
+        .map(|_| value.to_owned())
+        .map_err(|e| format!("not a tracing EnvFilter: {e}"))
+}
+
 fn metrics_token(value: &str) -> Result<String, String> {
     let ok = value.len() >= 16 && value.bytes().all(|b| b.is_ascii_graphic());
     if ok {
@@ -230,6 +237,11 @@ pub fn cores() -> usize {
 }
 
 impl Config {
+    /// The HTTP worker threads of this instance: `--workers`, or the cores.
+    pub fn worker_count(&self) -> usize {
+        self.workers.map_or_else(cores, usize::from)
+    }
+
     /// The quick queues this instance runs: `--quick-queues`, or the cores.
     pub fn quick_queue_count(&self) -> usize {
         self.quick_queues.map_or_else(cores, |n| n as usize)
@@ -305,5 +317,31 @@ mod tests {
         assert_eq!(unset.config.quick_queue_count(), super::cores());
         let four = Serve::try_parse_from(["serve", "--quick-queues", "4"]).expect("4");
         assert_eq!(four.config.quick_queue_count(), 4);
+    }
+
+    /// Like every setting, a worker count or a log filter the program cannot use
+    /// stops it at start, naming the flag, instead of being quietly replaced.
+    #[test]
+    fn workers_and_the_log_filter_are_checked_at_start() {
+        let parse = |flag: &str| Serve::try_parse_from(["serve", flag]).map(|s| s.config);
+        assert_eq!(parse("--workers=3").expect("3").worker_count(), 3);
+        for bad in [
+            "--workers=0",
+            "--workers=1025",
+            "--workers=-1",
+            "--workers=two",
+        ] {
+            let err = parse(bad).map(|_| ()).expect_err(bad).to_string();
+            assert!(err.contains("--workers"), "{err}");
+        }
+        let unset = Serve::try_parse_from(["serve"]).expect("no flags").config;
+        assert_eq!(unset.worker_count(), super::cores());
+        assert_eq!(unset.log, "info");
+        let debug = parse("--log=info,orbit_commons=debug").expect("a filter");
+        assert_eq!(debug.log, "info,orbit_commons=debug");
+        for bad in ["--log=info,orbit_commons=loud", "--log=[unclosed"] {
+            let err = parse(bad).map(|_| ()).expect_err(bad).to_string();
+            assert!(err.contains("--log") && err.contains("EnvFilter"), "{err}");
+        }
     }
 }

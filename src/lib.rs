@@ -115,7 +115,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     let known = web::Data::new(routes::KnownRoutes::from_openapi(&doc));
     let data = web::Data::new(state.clone());
     let mcp = mcp::service(data.clone());
-    let workers = state.config.workers;
+    let workers = state.config.worker_count();
     let client_timeout = Duration::from_secs(state.config.client_timeout_seconds);
     // `/metrics` on its own listener (ORBIT_METRICS_BIND): the same app, gated by
     // the address a request came in on (`http::api::system::gate`).
@@ -189,7 +189,6 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     if let Some(l) = metrics_listener {
         server = server.listen(l)?;
     }
-    let workers = workers.unwrap_or_else(crate::config::cores).max(1);
     // Every unit of database work holds a pooled connection, so more blocking threads
     // than connections only wait (and cost memory): size each worker's blocking
     // pool to its share of the connection pool, plus room for argon2 and the purge.

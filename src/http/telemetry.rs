@@ -19,7 +19,8 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 
 pub fn init(filter: &str, format: LogFormat) {
-    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    // `config::log_filter` refused an unreadable filter at start.
+    let filter = EnvFilter::new(filter);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
