@@ -9,7 +9,7 @@ pub mod schema;
 
 use std::time::Duration;
 
-use diesel::connection::SimpleConnection;
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
@@ -202,7 +202,11 @@ pub fn checkout(pool: &PgPool) -> ApiResult<PgConn> {
         if !suspicious || conn.batch_execute("SELECT 1").is_ok() {
             return Ok(conn);
         }
-        // The failed statement marked it broken: r2d2 discards it when it returns.
+        // A failed statement outside a transaction does not always leave diesel's
+        // connection broken (libpq may still call it idle), and r2d2 would hand the
+        // same dead connection out again: mark it broken, so r2d2 discards it when it
+        // returns here, at the end of this iteration.
+        AnsiTransactionManager::transaction_manager_status_mut(&mut *conn).set_in_error();
         tracing::debug!("dropping a pooled connection to a server that went away");
     }
     Err(ApiError::unavailable())

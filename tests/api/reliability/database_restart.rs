@@ -1,6 +1,7 @@
 //! Test 3 of docs/RELIABILITY.md. PostgreSQL restart under load: 503 in the envelope,
 //! then the same process serves again; no write answered 503 was applied, and retried
-//! with its key it runs once.
+//! with its key it runs once. And after a restart the pool's stale connections cost
+//! one request, not one each.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -152,6 +153,77 @@ async fn database_restart_gives_503_then_recovers() {
         ready_in.as_millis(),
         refused.len(),
         acked.len(),
+    );
+    drop(serve);
+}
+
+/// After a restart every pooled connection opened before it is dead. The first
+/// request that meets one answers 503 and the pool is then suspected: each checkout
+/// is tested and a dead connection dropped (`db::checkout`), so the other stale
+/// connections cost no request. One request at a time after the restart: at most
+/// one 503, every other answer 2xx. (Before the fix each stale connection failed a
+/// request of its own.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_pooled_connections_cost_at_most_one_request_after_a_restart() {
+    let (pg, url) = migrated_cluster("oc-rel-stale");
+    let env = with_setting(load_env(&url), "ORBIT_DB_TIMEOUT_MS", DB_TIMEOUT_MS);
+    let env = with_setting(env, "ORBIT_DB_POOL_SIZE", 8);
+    let serve = start_serve(pg.dir(), "serve", &env).await;
+    let client = Client::holding_a_lease(&serve).await;
+
+    // Open most of the pool: rounds of concurrent reads and writes.
+    let mut conn = PgConnection::establish(&url).expect("connect");
+    let pooled = |conn: &mut PgConnection| {
+        sql_i64(
+            conn,
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
+             AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+    };
+    for _ in 0..20 {
+        if pooled(&mut conn) >= 6 {
+            break;
+        }
+        let round = (0..24).map(|i| client.probe(["read", "me", "write"][i % 3]));
+        for s in futures::future::join_all(round).await {
+            assert!(matches!(s.status, Some(200) | Some(201)), "warm-up: {s:?}");
+        }
+    }
+    let before = pooled(&mut conn);
+    assert!(
+        before >= 6,
+        "the service held {before} connections (pool, listener, notifier)"
+    );
+    drop(conn);
+
+    tokio::task::block_in_place(|| {
+        pg.cluster().stop_now()?;
+        pg.cluster().restart()
+    })
+    .expect("restart PostgreSQL");
+
+    let mut refused = Vec::new();
+    for i in 0..40 {
+        let s = client.probe(["read", "me", "write"][i % 3]).await;
+        match s.status {
+            Some(200) | Some(201) => {}
+            Some(503) => {
+                assert!(s.envelope && s.retry_after, "request {i}: {s:?}");
+                refused.push(i);
+            }
+            _ => panic!("request {i} after the restart: {s:?}\n{}", serve.log_tail()),
+        }
+    }
+    assert!(
+        refused.len() <= 1,
+        "stale connections failed requests {refused:?} of 40 (the service had {before} \
+         connections before the restart)\n{}",
+        serve.log_tail()
+    );
+    eprintln!(
+        "RELIABILITY stale_pooled_connections_cost_at_most_one_request_after_a_restart: \
+         {before} connections before the restart; 503 for requests {refused:?} of 40 \
+         sequential, the rest 2xx"
     );
     drop(serve);
 }
