@@ -31,9 +31,9 @@
 //! the group has committed the write runs through the ordinary path, which asks the
 //! same verdict and words the refusal. (A write whose token this instance has not
 //! verified yet is not sent here at all: `domain::write::run` gives it to the
-//! ordinary path, which verifies the token.) The integration tests compare each quick response, byte for byte, with the ordinary
-//! read of what it wrote, and count on `/metrics` that the quick path ran and how
-//! the writes were grouped.
+//! ordinary path, which verifies the token.) The integration tests compare each
+//! quick response, byte for byte, with the ordinary read of what it wrote, and count
+//! on `/metrics` that the quick path ran and how the writes were grouped.
 
 use std::sync::Arc;
 
