@@ -709,8 +709,9 @@ BEGIN
     -- A write of a group does not wait for a lock another transaction holds (its
     -- task, its key): it gives up within 20 ms and the ordinary path waits for it,
     -- after the group. Waits would add up across the group's writes, hold up the
-    -- others, and could meet another writer's in a cycle. The apply phase below waits as
-    -- usual: there the orbit's other writers hold its row only to their commit.
+    -- others, and could meet another writer's in a cycle. The apply phase below
+    -- waits as usual: there the orbit's other writers hold its row only to their
+    -- commit.
     PERFORM set_config('lock_timeout', '20ms', true);
     FOR i IN 1 .. coalesce(cardinality(p_call), 0) LOOP
         BEGIN

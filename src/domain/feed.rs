@@ -4,9 +4,9 @@
 //! database connection nor a blocking thread while they wait. A consumer that
 //! cares about a few orbits only (the webhook engine) watches them instead
 //! ([`ChangeHub::watch`]): a write in any other orbit does not wake it. A single
-//! listener thread per instance runs `LISTEN orbit_changes` on its own connection and
-//! forwards every notification, so a write on any instance wakes waiters on all of
-//! them. Writes on this instance also wake local waiters directly after commit.
+//! listener thread per instance runs `LISTEN orbit_changes` on its own connection
+//! and forwards every notification, so a write on any instance wakes waiters on all
+//! of them. Writes on this instance also wake local waiters directly after commit.
 //!
 //! The `NOTIFY` is sent after the write commits, by one notifier thread per instance
 //! on its own connection ([`ChangeHub::publish`]), never inside the write's
