@@ -14,8 +14,10 @@
 //! A lane busy with one group for longer than half the deadline no longer counts
 //! (its connection presumably hangs: a half-open TCP connection, which no server
 //! timeout ends); a new lane takes the queue, and the stuck one leaves when it wakes.
-//! A request waits at most the deadline for its answer (then 503: it may still run,
-//! and a retry with its Idempotency-Key replays it or runs it once). [`Hints`]
+//! A request waits at most the deadline for its answer, then gets 503. One still
+//! queued then is withdrawn and never runs, so the 503 changed nothing; one whose
+//! group has started may still commit (a retry with its Idempotency-Key replays it
+//! or runs it once). [`Hints`]
 //! remembers the orbit each token last wrote to: the route its next write takes.
 
 use std::collections::{HashMap, VecDeque};
@@ -53,7 +55,15 @@ pub struct Shape {
     pub what: &'static str,
 }
 
-type Waiting<J, T> = VecDeque<(J, oneshot::Sender<ApiResult<T>>)>;
+/// A queued request: its ticket (which `submit` withdraws it by), the job, and where
+/// its answer goes.
+struct Queued<J, T> {
+    ticket: u64,
+    job: J,
+    done: oneshot::Sender<ApiResult<T>>,
+}
+
+type Waiting<J, T> = VecDeque<Queued<J, T>>;
 
 struct Route<J, T> {
     waiting: Waiting<J, T>,
@@ -67,6 +77,7 @@ struct Route<J, T> {
 struct State<R, J, T> {
     routes: HashMap<R, Route<J, T>>,
     next_lane: u64,
+    next_ticket: u64,
 }
 
 /// The queues of one kind of grouped work.
@@ -98,6 +109,7 @@ where
             state: Mutex::new(State {
                 routes: HashMap::new(),
                 next_lane: 0,
+                next_ticket: 0,
             }),
         }
     }
@@ -120,12 +132,16 @@ where
         )
     }
 
-    /// Runs `job` in the next group of `route` and waits for its answer.
+    /// Runs `job` in the next group of `route` and waits for its answer: 503 past the
+    /// deadline (the lane may be stuck on a hung connection), withdrawn from the queue
+    /// if its group has not taken it yet; 500 if the lane dropped it (it panicked).
     pub async fn submit(self: &Arc<Self>, route: R, job: J) -> ApiResult<T> {
-        let (done, answer) = oneshot::channel();
-        let start = {
+        let (done, mut answer) = oneshot::channel();
+        let (start, ticket) = {
             let mut state = self.state();
             let lane_id = state.next_lane;
+            let ticket = state.next_ticket;
+            state.next_ticket += 1;
             let now = Instant::now();
             let all = self.lanes_counting(&state, now);
             let queue = state.routes.entry(route).or_insert_with(|| Route {
@@ -133,7 +149,7 @@ where
                 running: 0,
                 lanes: HashMap::new(),
             });
-            queue.waiting.push_back((job, done));
+            queue.waiting.push_back(Queued { ticket, job, done });
             let stuck = self.shape.deadline / 2;
             queue
                 .lanes
@@ -145,13 +161,46 @@ where
                 queue.lanes.insert(lane_id, now);
                 state.next_lane += 1;
             }
-            start.then_some(lane_id)
+            (start.then_some(lane_id), ticket)
         };
         if let Some(id) = start {
             let lanes = self.clone();
             actix_web::rt::task::spawn_blocking(move || lanes.lane(route, id));
         }
-        answer_within(self.shape.deadline, answer, self.shape.what).await
+        let what = self.shape.what;
+        match tokio::time::timeout(self.shape.deadline, &mut answer).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => {
+                tracing::error!("a {what}'s group ended without an answer");
+                Err(ApiError::internal())
+            }
+            Err(_) if self.withdraw(route, ticket) => {
+                tracing::warn!("a {what} waited past its deadline for its group; withdrawn unrun");
+                Err(ApiError::unavailable())
+            }
+            // Taken by a group meanwhile: its answer, if it came just now.
+            Err(_) => answer.try_recv().unwrap_or_else(|_| {
+                tracing::warn!("a {what}'s group ran past its deadline; it may still commit");
+                Err(ApiError::unavailable())
+            }),
+        }
+    }
+
+    /// Takes the request of `ticket` out of `route`'s queue: true if it was still
+    /// there (no group has taken it, and none will).
+    fn withdraw(&self, route: R, ticket: u64) -> bool {
+        let mut state = self.state();
+        let Some(queue) = state.routes.get_mut(&route) else {
+            return false;
+        };
+        let Some(at) = queue.waiting.iter().position(|q| q.ticket == ticket) else {
+            return false;
+        };
+        queue.waiting.remove(at);
+        if queue.waiting.is_empty() && queue.lanes.is_empty() && queue.running == 0 {
+            state.routes.remove(&route);
+        }
+        true
     }
 
     /// The lanes of every route that count (not presumed stuck) at `now`. Only a
@@ -186,7 +235,7 @@ where
                     return;
                 }
                 if self.shape.skip_abandoned {
-                    queue.waiting.retain(|(_, done)| !done.is_closed());
+                    queue.waiting.retain(|q| !q.done.is_closed());
                 }
                 if queue.lanes.len() > self.shape.per_route && all > self.shape.budget {
                     queue.lanes.remove(&id);
@@ -204,7 +253,8 @@ where
                 let n = queue.waiting.len().min(self.shape.max_group);
                 queue.waiting.drain(..n).collect()
             };
-            let (mut jobs, senders): (Vec<J>, Vec<_>) = group.into_iter().unzip();
+            let (mut jobs, senders): (Vec<J>, Vec<_>) =
+                group.into_iter().map(|q| (q.job, q.done)).unzip();
             // A panic answers the group's requests with 500 (their senders drop) and
             // leaves the lane running for the rest.
             let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -233,27 +283,6 @@ where
                 // The request may have gone (its client hung up).
                 let _ = done.send(answer);
             }
-        }
-    }
-}
-
-/// Waits for the answer a lane sends for one request of its group: 503 past
-/// `deadline` (the lane may be stuck on a hung connection), 500 if the lane dropped
-/// the request (it panicked).
-async fn answer_within<T>(
-    deadline: Duration,
-    answer: oneshot::Receiver<ApiResult<T>>,
-    what: &str,
-) -> ApiResult<T> {
-    match tokio::time::timeout(deadline, answer).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(_)) => {
-            tracing::error!("a {what}'s group ended without an answer");
-            Err(ApiError::internal())
-        }
-        Err(_) => {
-            tracing::warn!("a {what} waited past its deadline for its group");
-            Err(ApiError::unavailable())
         }
     }
 }
@@ -339,6 +368,55 @@ mod tests {
             actix_web::rt::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(lanes.counts(), (3, 3, 0));
+    }
+
+    /// A write still queued at its deadline is withdrawn: its 503 means it never
+    /// runs, even after the stuck group before it ends (a write a client merely left
+    /// still runs: the shape does not skip abandoned requests).
+    #[actix_web::test]
+    async fn a_request_still_queued_at_its_deadline_never_runs() {
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let hang = Mutex::new(hang);
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let seen = ran.clone();
+        let run = move |_: &(), keys: &mut [u32]| {
+            if keys.contains(&0) {
+                let _ = hang.lock().unwrap().recv();
+            }
+            seen.lock().unwrap().extend(keys.iter().copied());
+            keys.iter().map(|k| Ok(k * 10)).collect()
+        };
+        let writes = Shape {
+            skip_abandoned: false,
+            ..shape(1, 300)
+        };
+        let lanes = Arc::new(Lanes::new(writes, Box::new(run)));
+        let stuck = actix_web::rt::spawn({
+            let lanes = lanes.clone();
+            async move { lanes.submit((), 0).await }
+        });
+        while lanes.state().routes.get(&()).is_none_or(|r| r.running == 0) {
+            actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        let queued = lanes.submit((), 5).await;
+        assert_eq!(
+            queued.unwrap_err().status,
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(lanes.counts().2, 0, "the request stayed queued");
+        let stuck = stuck.await.expect("the stuck request's task");
+        assert_eq!(
+            stuck.unwrap_err().status,
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lanes.state().routes.is_empty() {
+            assert!(Instant::now() < deadline, "the lane kept running");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(*ran.lock().unwrap(), vec![0], "a withdrawn request ran");
+        assert_eq!(lanes.counts(), (1, 1, 0));
     }
 
     /// Requests that queue while a group runs go together in the next group, and
