@@ -413,7 +413,9 @@ pub struct OwnedPollSlot {
 impl PollCounts {
     /// A place for one more long poll of `client`, or `None` at the cap.
     pub fn enter(&self, client: PollClient, cap: u32) -> Option<PollSlot<'_>> {
-        self.take(client, cap).then_some(PollSlot {
+        // `then`, not `then_some`: a slot built for nothing would give a place back
+        // when dropped.
+        self.take(client, cap).then(|| PollSlot {
             counts: self,
             client,
         })
@@ -463,6 +465,25 @@ impl Drop for OwnedPollSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused poll leaves the count as it was: until 2026-12-05 the slot built
+    /// for a refusal was dropped and gave a place back, so every refused poll let
+    /// the next one in (a review found 12 polls waiting under a cap of 8).
+    #[test]
+    fn a_refused_poll_gives_no_place_back() {
+        let counts = Arc::new(PollCounts::default());
+        let client = PollClient::Addr(std::net::Ipv4Addr::LOCALHOST.into());
+        let held = [counts.enter(client, 2), counts.enter(client, 2)];
+        assert!(held.iter().all(Option::is_some));
+        for _ in 0..3 {
+            assert!(counts.enter(client, 2).is_none());
+            assert!(counts.enter_owned(client, 2).is_none());
+        }
+        drop(held);
+        let again = [counts.enter(client, 2), counts.enter(client, 2)];
+        assert!(again.iter().all(Option::is_some));
+        assert!(counts.enter(client, 2).is_none());
+    }
 
     #[test]
     fn a_watch_wakes_for_its_orbits_and_for_all_but_not_for_others() {

@@ -120,6 +120,14 @@ async fn long_polls_per_client_are_capped() {
     let r = app.get(&path, Some(&owner.token)).await;
     r.assert_error(429, "rate_limited");
     assert!(r.header("retry-after").is_some());
+    // A refused poll gives no place back: the next ones are refused too (until
+    // 2026-12-05 each refusal freed a place, and this poll waited its second).
+    let short = format!("/api/v1/orbits/{orbit}/changes?after=1&wait=1");
+    for _ in 0..3 {
+        app.get(&short, Some(&owner.token))
+            .await
+            .assert_error(429, "rate_limited");
+    }
     // Another client, and a poll that does not wait, are not affected.
     let r = app
         .get(
