@@ -747,6 +747,18 @@ BEGIN
     PERFORM revisions_spent();
 END $$;
 
+-- A search's `q` (contract section 13) as a tsquery: web-search syntax
+-- (`websearch_to_tsquery`), or, where PostgreSQL's parser of that syntax fails (more
+-- than 32 operators in a row, `- - - ...`: "tsquery stack too small", an internal
+-- error), its plain words (`plainto_tsquery`). No query syntax is ever an error.
+CREATE OR REPLACE FUNCTION search_tsquery(p_q text) RETURNS tsquery
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN websearch_to_tsquery('orbit_search', p_q);
+EXCEPTION WHEN internal_error THEN
+    RETURN plainto_tsquery('orbit_search', p_q);
+END $$;
+
 -- Webhook delivery (contract section 15, `domain::webhooks::deliver`,
 -- docs/MECHANISMS.md "Webhook delivery"). A claim is a lease with an expiry on the
 -- subscription's row: `webhook_claim` takes up to `p_limit` active subscriptions

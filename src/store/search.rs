@@ -92,15 +92,13 @@ struct Parsed {
 }
 
 /// `q` in web-search syntax as a tsquery (its text form), or `None` when nothing in
-/// it is searchable (only stop words or punctuation). `websearch_to_tsquery` never
-/// fails on syntax.
+/// it is searchable (only stop words or punctuation). `search_tsquery`
+/// (src/db/functions.sql) never fails on syntax.
 pub fn parse(conn: &mut PgConnection, q: &str) -> QueryResult<Option<String>> {
-    let row: Parsed = crate::db::sql(
-        "SELECT t::text AS query, numnode(t) AS nodes \
-         FROM websearch_to_tsquery('orbit_search', $1) AS t",
-    )
-    .bind::<Text, _>(q)
-    .get_result(conn)?;
+    let row: Parsed =
+        crate::db::sql("SELECT t::text AS query, numnode(t) AS nodes FROM search_tsquery($1) AS t")
+            .bind::<Text, _>(q)
+            .get_result(conn)?;
     Ok((row.nodes > 0).then_some(row.query))
 }
 
