@@ -144,11 +144,17 @@ pub struct NewTokenOut {
     pub token: String,
 }
 
-/// Another token for the caller, of the kind of the token in use.
-pub async fn create_token(core: &Core, bearer: Bearer) -> ApiResult<NewTokenOut> {
+/// Another token for the caller, of the kind of the token in use. `body` is the
+/// request body's check (the route has no body fields): its 422 comes after the 401.
+pub async fn create_token(
+    core: &Core,
+    bearer: Bearer,
+    body: ApiResult<()>,
+) -> ApiResult<NewTokenOut> {
     let tokens = core.tokens.clone();
     db::transact(&core.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
+        body.clone()?;
         let kind = store::token_kind(conn, caller.token_id)?;
         let minted = token::mint(kind);
         let token_id = store::insert_token(conn, caller.id(), kind, &minted)?;
@@ -160,13 +166,22 @@ pub async fn create_token(core: &Core, bearer: Bearer) -> ApiResult<NewTokenOut>
     .await
 }
 
-/// Revokes one of the caller's tokens (404 for one that is not the caller's).
-pub async fn revoke_token(core: &Core, bearer: Bearer, token_id: i64) -> ApiResult<TokenInfo> {
+/// Revokes one of the caller's tokens (404 for one that is not the caller's). `body`
+/// as for [`create_token`]: its 422 comes after the 404 and revokes nothing.
+pub async fn revoke_token(
+    core: &Core,
+    bearer: Bearer,
+    token_id: i64,
+    body: ApiResult<()>,
+) -> ApiResult<TokenInfo> {
     let tokens = core.tokens.clone();
     db::transact(&core.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
-        store::revoke_token(conn, caller.id(), token_id)?
-            .ok_or_else(|| ApiError::not_found("Token").into())
+        let revoked = store::revoke_token(conn, caller.id(), token_id)?
+            .ok_or_else(|| ApiError::not_found("Token"))?;
+        // After the 404; its 422 rolls the revocation back.
+        body.clone()?;
+        Ok(revoked)
     })
     .await
 }

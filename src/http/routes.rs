@@ -317,8 +317,18 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
 
 /// Path extractor failures → 422 in the envelope.
 pub fn path_config() -> web::PathConfig {
-    web::PathConfig::default().error_handler(|err, _req| {
-        ApiError::invalid("invalid_path", format!("Invalid path parameter: {err}.")).into()
+    web::PathConfig::default().error_handler(|_, req| {
+        // In plain words (contract section 17), not the deserializer's: every path
+        // parameter but `orbit` (an id or a slug) is an id.
+        let message = req
+            .match_info()
+            .iter()
+            .find(|(name, value)| *name != "orbit" && value.parse::<i64>().is_err())
+            .map(|(name, value)| {
+                format!("`{name}` in the path must be an id (a whole number), not {value:?}.")
+            })
+            .unwrap_or_else(|| "A path parameter must be an id (a whole number).".into());
+        ApiError::invalid("invalid_path", message).into()
     })
 }
 

@@ -124,6 +124,12 @@ async fn a_bad_path_parameter_is_422() {
     app.orbit(&a, "paths").await;
     let r = app.delete("/api/v1/me/tokens/abc", &a.token).await;
     r.assert_envelope(422);
+    // In plain words, naming the parameter (not "Path deserialize error: ...").
+    assert_eq!(
+        r.json["message"], "`token_id` in the path must be an id (a whole number), not \"abc\".",
+        "{}",
+        r.text
+    );
     let r = app
         .delete("/api/v1/me/tokens/99999999999999999999999", &a.token)
         .await;
@@ -295,4 +301,135 @@ async fn a_bad_body_never_hides_401_404_or_403() {
             .await
             .assert_error(status, code);
     }
+}
+
+/// Routes whose body has no fields (the caller's tokens and webhooks, contract
+/// section 2) accept no body, an empty one and `{}`, and refuse any other body with
+/// 422, changing nothing; the 401 and the 404 still come first. Until 2026-12-05
+/// they ignored the body: a review minted tokens with `{not json` and
+/// `{"bogus": 1}`.
+#[tokio::test]
+async fn routes_without_body_fields_refuse_a_bad_body_and_change_nothing() {
+    use diesel::RunQueryDsl;
+    let app = TestApp::spawn_with(|c| c.webhook_allow_private = true).await;
+    let a = app.agent("a").await;
+    let orbit = app.orbit(&a, "bodies").await;
+    let hook = app
+        .post(
+            "/api/v1/me/webhooks",
+            &a.token,
+            json!({"orbit": orbit, "url": "http://127.0.0.1:9/hook"}),
+        )
+        .await;
+    assert_eq!(hook.status, 201, "{}", hook.text);
+    let hook = hook.json["data"]["id"].as_i64().unwrap();
+    let spare = app.post_empty("/api/v1/me/tokens", &a.token).await;
+    assert_eq!(spare.status, 201, "{}", spare.text);
+    let spare_id = spare.json["data"]["token_id"].as_i64().unwrap();
+    diesel::sql_query(format!(
+        "UPDATE webhooks SET status = 'DISABLED', disabled_reason = 'test' WHERE id = {hook}"
+    ))
+    .execute(&mut app.db.conn())
+    .unwrap();
+    let tokens = |app: &TestApp| {
+        crate::harness::sql_i64(
+            &mut app.db.conn(),
+            "SELECT count(*) AS n FROM tokens WHERE revoked_at IS NULL",
+        )
+    };
+    let disabled_hooks = |app: &TestApp| {
+        crate::harness::sql_i64(
+            &mut app.db.conn(),
+            "SELECT count(*) AS n FROM webhooks WHERE status = 'DISABLED'",
+        )
+    };
+    let before = tokens(&app);
+    let routes = [
+        (Method::POST, "/api/v1/me/tokens".to_owned()),
+        (Method::DELETE, format!("/api/v1/me/tokens/{spare_id}")),
+        (Method::POST, format!("/api/v1/me/webhooks/{hook}/enable")),
+        (Method::DELETE, format!("/api/v1/me/webhooks/{hook}")),
+    ];
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+    let bad: [(Headers, &[u8], &str); 4] = [
+        (&[JSON], b"{not json", "malformed_json"),
+        (&[JSON], b"[1]", ""),
+        (&[JSON], br#"{"bogus": 1}"#, "validation_failed"),
+        (
+            &[("content-type", "text/plain")],
+            b"{}",
+            "unsupported_content_type",
+        ),
+    ];
+    for (method, path) in &routes {
+        for (headers, body, code) in bad {
+            let r = app
+                .send_raw(
+                    method.clone(),
+                    path,
+                    Some(&a.token),
+                    headers,
+                    Some(body.to_vec()),
+                )
+                .await;
+            if code.is_empty() {
+                r.assert_envelope(422);
+            } else {
+                r.assert_error(422, code);
+            }
+        }
+        // The 401 and the 404 before the body.
+        let r = app
+            .send_raw(method.clone(), path, None, &[JSON], Some(b"{x".to_vec()))
+            .await;
+        r.assert_error(401, "unauthorized");
+    }
+    for path in ["/api/v1/me/tokens/999999", "/api/v1/me/webhooks/999999"] {
+        let r = app
+            .send_raw(
+                Method::DELETE,
+                path,
+                Some(&a.token),
+                &[JSON],
+                Some(b"{x".to_vec()),
+            )
+            .await;
+        r.assert_error(404, "not_found");
+    }
+    assert_eq!(
+        tokens(&app),
+        before,
+        "a refused request minted or revoked a token"
+    );
+    assert_eq!(
+        disabled_hooks(&app),
+        1,
+        "a refused request enabled or deleted the hook"
+    );
+    // No body, an empty body and `{}` alike.
+    let r = app
+        .send_raw(
+            Method::POST,
+            "/api/v1/me/tokens",
+            Some(&a.token),
+            &[],
+            Some(vec![]),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = app.post("/api/v1/me/tokens", &a.token, json!({})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = app
+        .post(
+            &format!("/api/v1/me/webhooks/{hook}/enable"),
+            &a.token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.json["data"]["status"], "ACTIVE", "{}", r.text);
+    let r = app
+        .delete(&format!("/api/v1/me/tokens/{spare_id}"), &a.token)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(tokens(&app), before + 1);
 }

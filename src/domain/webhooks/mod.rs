@@ -380,12 +380,19 @@ pub async fn get(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Webhook> {
 
 /// Deletes one of the caller's subscriptions and its log; returns it as it was. A
 /// delivery in flight finishes, but its outcome is not recorded and nothing more
-/// is sent.
-pub async fn delete(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Webhook> {
+/// is sent. `body` as for [`enable`].
+pub async fn delete(
+    core: &Core,
+    bearer: Bearer,
+    id: i64,
+    body: ApiResult<()>,
+) -> ApiResult<Webhook> {
     let tokens = core.tokens.clone();
     db::transact(&core.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
         let row = store::delete(conn, caller.id(), id)?.ok_or_else(not_found)?;
+        // After the 404; its 422 rolls the deletion back.
+        body.clone()?;
         Ok(Webhook::of(row, None))
     })
     .await
@@ -393,18 +400,27 @@ pub async fn delete(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Webhook> 
 
 /// Makes a DISABLED subscription ACTIVE: delivery resumes after its
 /// `delivered_through`, with a fresh count of attempts. An ACTIVE one is returned
-/// as it is.
-pub async fn enable(core: &Core, bearer: Bearer, id: i64) -> ApiResult<Webhook> {
+/// as it is. `body` is the request body's check (the route has no body fields): its
+/// 422 comes after the 404 and changes nothing.
+pub async fn enable(
+    core: &Core,
+    bearer: Bearer,
+    id: i64,
+    body: ApiResult<()>,
+) -> ApiResult<Webhook> {
     let tokens = core.tokens.clone();
     let (row, changed) = db::transact(&core.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;
-        match store::enable(conn, caller.id(), id)? {
-            Some(row) => Ok((row, true)),
-            None => Ok((
+        let enabled = match store::enable(conn, caller.id(), id)? {
+            Some(row) => (row, true),
+            None => (
                 store::find(conn, caller.id(), id)?.ok_or_else(not_found)?,
                 false,
-            )),
-        }
+            ),
+        };
+        // After the 404; its 422 rolls the change back.
+        body.clone()?;
+        Ok(enabled)
     })
     .await?;
     if changed {

@@ -11,6 +11,7 @@ use crate::domain::auth::Bearer;
 use crate::domain::contributors::{
     self, NewTokenOut, RegisterAgent, RegisterContributor, Registered, Registration,
 };
+use crate::domain::orbits::Empty;
 use crate::domain::reads::Me;
 use crate::error::{ApiError, ApiResult};
 use crate::http::api::responses::WriteErrors;
@@ -138,8 +139,13 @@ pub struct NewTokenData {
     responses((status = 201, body = NewTokenData), WriteErrors),
 )]
 #[post("/me/tokens")]
-pub async fn create_token(state: State, bearer: Bearer) -> ApiResult<HttpResponse> {
-    created_json(&contributors::create_token(&state, bearer).await?)
+pub async fn create_token(
+    state: State,
+    bearer: Bearer,
+    body: Body<Empty>,
+) -> ApiResult<HttpResponse> {
+    let body = body.check().map(|_| ());
+    created_json(&contributors::create_token(&state, bearer, body).await?)
 }
 
 #[derive(Serialize, ToSchema)]
@@ -160,7 +166,8 @@ pub async fn revoke_token(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
+    body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
-    let token_id = path.into_inner();
-    ok_json(&contributors::revoke_token(&state, bearer, token_id).await?)
+    let (token_id, body) = (path.into_inner(), body.check().map(|_| ()));
+    ok_json(&contributors::revoke_token(&state, bearer, token_id, body).await?)
 }

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::domain::auth::Bearer;
 use crate::domain::idempotency::{IdemHeader, IdempotencyKeyOptional};
+use crate::domain::orbits::Empty;
 use crate::domain::webhooks::{self as domain, CreateWebhook, Delivery, Webhook};
 use crate::error::{ApiResult, FieldErrors};
 use crate::http::api::responses::WriteErrors;
@@ -112,8 +113,10 @@ pub async fn delete_webhook(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
+    body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
-    ok_json(&domain::delete(&state, bearer, path.into_inner()).await?)
+    let body = body.check().map(|_| ());
+    ok_json(&domain::delete(&state, bearer, path.into_inner(), body).await?)
 }
 
 /// Enable a DISABLED subscription: delivery resumes after its `delivered_through`,
@@ -129,8 +132,10 @@ pub async fn enable_webhook(
     state: State,
     bearer: Bearer,
     path: web::Path<i64>,
+    body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
-    ok_json(&domain::enable(&state, bearer, path.into_inner()).await?)
+    let body = body.check().map(|_| ());
+    ok_json(&domain::enable(&state, bearer, path.into_inner(), body).await?)
 }
 
 /// The latest 100 delivery attempts of one of the caller's subscriptions, oldest
