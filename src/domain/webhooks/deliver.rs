@@ -168,8 +168,9 @@ impl Engine {
         let timeout = Duration::from_millis(c.webhook_timeout_ms);
         let settings = Settings {
             timeout,
-            // One attempt (connect, send, answer) and its record fit in a claim;
-            // every recorded delivery renews it.
+            // One attempt (the host's lookup, at most `safety::LOOKUP_TIMEOUT`;
+            // connect, send, answer) and its record fit in a claim; every recorded
+            // delivery renews it.
             lease_ms: (c.webhook_timeout_ms + 5000) as i64,
             retry_base_ms: c.webhook_retry_base_ms as i64,
             max_attempts: c.webhook_max_attempts as i32,

@@ -87,6 +87,11 @@ impl Refusal {
     }
 }
 
+/// How long the host's lookup may take: a stalled resolver (glibc waits 5 s a server)
+/// must leave the attempt inside its claim, which allows the send's own timeout and
+/// 5 s more (`deliver`); a lookup that takes longer counts as not resolving.
+pub const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Resolves the URL's host and checks every address it names. With `allow_private`,
 /// only that it resolves.
 pub async fn check(url: &reqwest::Url, allow_private: bool) -> Result<(), Refusal> {
@@ -94,10 +99,13 @@ pub async fn check(url: &reqwest::Url, allow_private: bool) -> Result<(), Refusa
     let addrs: Vec<IpAddr> = match url.host() {
         Some(url::Host::Ipv4(ip)) => vec![IpAddr::V4(ip)],
         Some(url::Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
-        Some(url::Host::Domain(name)) => match tokio::net::lookup_host((name, port)).await {
-            Ok(found) => found.map(|a| a.ip()).collect(),
-            Err(_) => Vec::new(),
-        },
+        Some(url::Host::Domain(name)) => {
+            match tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((name, port))).await
+            {
+                Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+                _ => Vec::new(),
+            }
+        }
         None => Vec::new(),
     };
     if addrs.is_empty() {
