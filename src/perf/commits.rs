@@ -158,9 +158,24 @@ fn run_group<T>(
         .map(|(step, work)| match step {
             Step::Done(done) => Ok(done),
             Step::Failed(e) => Err(e),
-            Step::Alone | Step::Ran(..) => alone(&mut conn, work),
+            Step::Alone | Step::Ran(..) => alone_after_the_group(&mut conn, work),
         })
         .collect()
+}
+
+/// [`alone`] for a write left over after its group committed: a panic answers this
+/// write 500 and leaves the others their answers (past the lane's own catch, it
+/// would answer the whole group 500, the writes that committed included).
+fn alone_after_the_group<T>(
+    conn: &mut PgConnection,
+    queued: &mut Queued<T>,
+) -> ApiResult<Committed<T>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| alone(conn, queued))).unwrap_or_else(
+        |_| {
+            tracing::error!("a write run alone after its group panicked");
+            Err(ApiError::internal())
+        },
+    )
 }
 
 /// Runs one write in a transaction of its own, as the ordinary path does.
