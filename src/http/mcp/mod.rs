@@ -201,7 +201,9 @@ async fn check_message(
         )),
         Ok(value) => {
             let id = value.get("id").cloned().unwrap_or(Value::Null);
-            if serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value.clone()).is_err() {
+            let message =
+                serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value.clone());
+            if message.is_err() {
                 Some(jsonrpc_error(
                     400,
                     if id.is_string() || id.is_number() { id } else { Value::Null },
@@ -209,6 +211,8 @@ async fn check_message(
                     "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response.",
                     None,
                 ))
+            } else if let Some(why) = message.as_ref().ok().and_then(misfit_params) {
+                Some(jsonrpc_error(200, id, -32602, &why, None))
             } else if let Err(bad) = crate::http::json::exact_numbers(&bytes) {
                 // Named like a REST field: a tool's argument (`params.arguments.X`).
                 let in_arguments = bad.keys.get(1).is_some_and(|k| k == "arguments");
@@ -234,6 +238,34 @@ async fn check_message(
     }
     req.set_payload(Payload::from(actix_web::web::Bytes::from(bytes)));
     Ok(next.call(req).await?.map_into_left_body())
+}
+
+/// Why a request for a method this server answers does not fit its params, if it
+/// does not: the SDK reads such a request as one of an unknown method and answers
+/// -32601 naming only the method (a review sent `tools/call` with `"arguments": [1]`);
+/// the caller gets -32602 saying what the params must be.
+fn misfit_params(message: &rmcp::model::ClientJsonRpcMessage) -> Option<String> {
+    let rmcp::model::JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let rmcp::model::ClientRequest::CustomRequest(custom) = &request.request else {
+        return None;
+    };
+    let params = custom.params.clone().unwrap_or(Value::Null);
+    match custom.method.as_str() {
+        "tools/call" => Some(
+            match serde_json::from_value::<rmcp::model::CallToolRequestParams>(params) {
+                Err(e) => format!(
+                    "Invalid params: tools/call takes {{\"name\": a tool's name, \"arguments\": an object}} ({e})."
+                ),
+                Ok(_) => "Invalid params for tools/call.".to_owned(),
+            },
+        ),
+        "initialize" | "ping" | "tools/list" => {
+            Some(format!("Invalid params for {}.", custom.method))
+        }
+        _ => None,
+    }
 }
 
 async fn authenticate(req: &ServiceRequest) -> ApiResult<Bearer> {

@@ -222,6 +222,28 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
         "{}",
         r.text
     );
+    // A tools/call whose params do not fit: -32602 saying what they must be (the
+    // SDK read it as an unknown method: -32601 "tools/call", until 2026-12-05).
+    for params in [
+        json!({"name": "get_task", "arguments": [1]}),
+        json!({"name": 5}),
+        json!({"arguments": {}}),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params});
+        let r = app
+            .post_raw(
+                "/mcp",
+                Some(&a.token),
+                &headers,
+                serde_json::to_vec(&call).unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{params}: {}", r.text);
+        assert_eq!(r.json["id"], 8, "{}", r.text);
+        assert_eq!(r.json["error"]["code"], -32602, "{params}: {}", r.text);
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("\"arguments\""), "{message}");
+    }
     // A well-formed message still reaches the SDK.
     let init = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
