@@ -325,9 +325,11 @@ pub fn path_config() -> web::PathConfig {
             .iter()
             .find(|(name, value)| *name != "orbit" && value.parse::<i64>().is_err())
             .map(|(name, value)| {
-                format!("`{name}` in the path must be an id (a whole number), not {value:?}.")
+                format!(
+                    "`{name}` in the path must be an id, a whole number below 2^63, not {value:?}."
+                )
             })
-            .unwrap_or_else(|| "A path parameter must be an id (a whole number).".into());
+            .unwrap_or_else(|| "A path parameter must be an id, a whole number below 2^63.".into());
         ApiError::invalid("invalid_path", message).into()
     })
 }
