@@ -54,9 +54,12 @@ pub const KINDS: &[&str] = &[
     "handoff.withdrawn",
 ];
 
+// `expecting` is the whole field error of any other value, in the words search and
+// the MCP tools use (serde's own: "data did not match any variant of untagged enum
+// OrbitName").
 /// An orbit named by id or by slug.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "must be an orbit id or slug")]
 pub enum OrbitName {
     Id(i64),
     Slug(String),

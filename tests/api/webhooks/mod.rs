@@ -441,6 +441,24 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
         .await;
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["orbit"].is_array(), "{}", r.text);
+    // Neither an id nor a slug: in plain words, as search and the MCP tools say it
+    // (not "data did not match any variant of untagged enum OrbitName").
+    for orbit in [json!(true), json!(1.5), json!(null), json!([])] {
+        let r = app
+            .post(
+                "/api/v1/me/webhooks",
+                &owner.token,
+                json!({"orbit": orbit, "url": "https://example.com/"}),
+            )
+            .await;
+        r.assert_error(422, "validation_failed");
+        assert_eq!(
+            r.json["errors"]["orbit"],
+            json!(["must be an orbit id or slug"]),
+            "{orbit}: {}",
+            r.text
+        );
+    }
     for url in [
         "http://127.0.0.1:9/x",
         "http://localhost/x",
