@@ -15,7 +15,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 
 use crate::harness::{Agent, TestApp};
-use crate::work::{changes, crew, task};
+use crate::work::{changes, crew, lease, task};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -674,5 +674,55 @@ async fn a_non_member_is_refused_with_not_permitted() {
     )
     .await;
     assert_eq!(ok(&r)["data"]["lease_version"], 1);
+    client.cancel().await.ok();
+}
+
+/// `task_closed` keeps its reaction (`stop_and_report`, issue 11) but not the lease
+/// codes' neutral words: an acquirer never held a lease, so the refusal says the
+/// task is closed (until 2026-12-05: "Your lease no longer lets you work on this
+/// task").
+#[tokio::test]
+async fn acquiring_a_closed_task_says_the_task_is_closed() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-closed", 1).await;
+    let t = task(&app, &c.owner, c.orbit, "soon cancelled").await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/cancel"),
+            &c.owner.token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let client = connect(&app, &c.members[0]).await;
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "idempotency_key": key()}),
+    )
+    .await;
+    let s = refused(&r, 409, "task_closed", "stop_and_report");
+    let message = s["message"].as_str().unwrap();
+    assert!(message.contains("closed"), "{message}");
+    assert!(!message.contains("lease"), "{message}");
+    assert_eq!(s["details"]["status"], "CANCELLED", "{s}");
+    // A lease code keeps the neutral words.
+    let t2 = task(&app, &c.owner, c.orbit, "held elsewhere").await;
+    let (_, v) = lease(&app, &c.owner, t2, 900).await;
+    let r = call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": t2, "lease_version": v, "summary": "s", "state": {},
+               "idempotency_key": key()}),
+    )
+    .await;
+    let s = refused(&r, 409, "lease_not_held", "stop_and_report");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Your lease no longer"),
+        "{s}"
+    );
     client.cancel().await.ok();
 }

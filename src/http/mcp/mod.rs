@@ -384,10 +384,11 @@ fn refusal(e: &ApiError) -> CallToolResult {
     let status = e.status.as_u16();
     let recover = e.recover();
     // For the lease codes the reaction is to stop: the message says only that, never
-    // how the fence could be lifted.
+    // how the fence could be lifted. (`task_closed` is about the task, not a lease the
+    // caller may not even have held: its own words, which name no way around it.)
     let message = if let Some(words) = crate::domain::idempotency::tool_message(code) {
         words.to_owned()
-    } else if recover == "stop_and_report" {
+    } else if recover == "stop_and_report" && code != "task_closed" {
         format!(
             "Your lease no longer lets you work on this task ({code}). Stop working on it \
              and report what you have."
