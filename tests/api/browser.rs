@@ -438,6 +438,20 @@ async fn browser_shows_the_board_with_the_lease_holder_and_live_updates() {
         .wait_for_text("#checkpoints", "Saved while watched", 15)
         .await;
     assert!(cps.contains("Saved while watched"), "{cps}");
+    // So does a change that names no task but ends its lease: the holder's removal
+    // (until 2026-12-05 the page skipped every change of another or no task).
+    let r = app
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/orbits/{}/members/{}", s.orbit, s.holder.id),
+            Some(&s.owner.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    let leases = b.wait_for_text("#leases", "MEMBER REMOVED", 15).await;
+    assert!(leases.contains("MEMBER REMOVED"), "not live: {leases}");
 
     let errors = b.console_errors().await;
     assert!(errors.is_empty(), "console errors: {errors:?}");

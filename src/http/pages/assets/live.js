@@ -115,7 +115,9 @@
       if (task) {
         try {
           var change = JSON.parse(event.data);
-          if (String(change.task_id) !== task) {
+          // A member's removal names no task but ends their leases and
+          // supersedes their handoffs, wherever they are.
+          if (String(change.task_id) !== task && change.kind !== "member.removed") {
             return;
           }
         } catch (e) {
