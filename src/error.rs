@@ -148,7 +148,20 @@ impl ApiError {
                 "method_not_allowed",
                 "This method is not allowed on this path.",
             ),
+            // Only the MCP transport answers these (REST refuses a wrong content
+            // type with 422 `unsupported_content_type`).
+            406 => Self::new(
+                status,
+                "not_acceptable",
+                "The Accept header allows no type this endpoint answers with (POST /mcp: \
+                 application/json and text/event-stream).",
+            ),
             413 => Self::payload_too_large(),
+            415 => Self::new(
+                status,
+                "unsupported_media_type",
+                "This endpoint does not take this Content-Type (POST /mcp: application/json).",
+            ),
             s if s >= 500 => Self::internal(),
             _ => Self::new(
                 status,
@@ -425,6 +438,7 @@ pub const CODES: &[Code] = &[
     code("own_handoff", 403, "not_permitted"),
     code("not_found", 404, "not_found"),
     code("method_not_allowed", 405, "fix_input"),
+    code("not_acceptable", 406, "fix_input"),
     code("request_timeout", 408, "retry_same_key_after"),
     code("stale_lease_version", 409, "stop_and_report"),
     code("lease_not_held", 409, "stop_and_report"),
@@ -444,6 +458,7 @@ pub const CODES: &[Code] = &[
     code("last_owner", 409, "fix_input"),
     code("webhook_limit", 409, "fix_input"),
     code("payload_too_large", 413, "fix_input"),
+    code("unsupported_media_type", 415, "fix_input"),
     code("validation_failed", 422, "fix_input"),
     code("invalid_path", 422, "fix_input"),
     code("malformed_json", 422, "fix_input"),

@@ -244,6 +244,23 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
         let message = r.json["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("\"arguments\""), "{message}");
     }
+    // The transport's own refusals have codes of their own, with the status the
+    // guide's table gives them (until 2026-12-05 both were `bad_request`).
+    let r = app
+        .post_raw(
+            "/mcp",
+            Some(&a.token),
+            &[("content-type", "text/plain"), headers[1]],
+            b"{}".to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", r.text);
+    r.assert_error(415, "unsupported_media_type");
+    let ping = br#"{"jsonrpc": "2.0", "id": 9, "method": "ping"}"#;
+    let r = app
+        .post_raw("/mcp", Some(&a.token), &[headers[0]], ping.to_vec())
+        .await;
+    r.assert_error(406, "not_acceptable");
     // A well-formed message still reaches the SDK.
     let init = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
