@@ -183,12 +183,6 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     })
     .client_request_timeout(client_timeout)
     .client_disconnect_timeout(Duration::from_secs(2))
-    // A client's EOF ends its connection's handling at once: an event stream or a
-    // long poll whose client left gives its place back now, not at its next failed
-    // write (a keep-alive comes every 15 s; a browser that reloads a few pages met
-    // 429 for about 30 s). No client of this API closes its writing half to wait
-    // for an answer.
-    .h1_allow_half_closed(false)
     .keep_alive(client_timeout)
     .shutdown_timeout(10)
     .listen(listener)?;
