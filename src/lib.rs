@@ -183,6 +183,10 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
     })
     .client_request_timeout(client_timeout)
     .client_disconnect_timeout(Duration::from_secs(2))
+    // Half-closed connections stay allowed (actix's default), and with them a
+    // handler whose client left runs to its end: `h1_allow_half_closed(false)` would
+    // cancel a write's handler at the client's EOF, after its commit but before its
+    // change hub publish, so waiters would sleep to their deadline.
     .keep_alive(client_timeout)
     .shutdown_timeout(10)
     .listen(listener)?;

@@ -1,5 +1,5 @@
 //! Finding 3 on long polls: one shared feed read per wake-up, no wait past the
-//! revision, and a cap per client.
+//! revision, and a cap per client; and a write whose client left still wakes them.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -162,4 +162,56 @@ async fn long_polls_per_client_are_capped() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+/// A write whose client gave up while it waited still wakes the orbit's long polls
+/// when it commits: its handler runs to its end, and the change hub's publish comes
+/// after the commit. (`h1_allow_half_closed(false)`, tried on 2026-12-05, cancelled
+/// the handler at the client's EOF, and the poll slept to its deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_client_left_still_wakes_long_polls() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("leaver").await;
+    let orbit = app.orbit(&owner, "leaver").await;
+    let poll = {
+        let req = app
+            .client
+            .get(app.url(&format!("/api/v1/orbits/{orbit}/changes?after=1&wait=25")))
+            .bearer_auth(&owner.token);
+        tokio::spawn(async move {
+            let r = req.send().await.expect("poll");
+            (
+                std::time::Instant::now(),
+                r.json::<serde_json::Value>().await,
+            )
+        })
+    };
+    // The write waits on the orbit's row (its revision), then its client gives up.
+    let lock = crate::harness::RowLock::on(&app.db, "orbits", orbit, "UPDATE");
+    let write = app
+        .client
+        .post(app.url(&format!("/api/v1/orbits/{orbit}/tasks")))
+        .bearer_auth(&owner.token)
+        .header("Idempotency-Key", "left-before-its-answer")
+        .json(&json!({"title": "committed after its client left"}))
+        .timeout(std::time::Duration::from_millis(1500))
+        .send();
+    let write = tokio::spawn(write);
+    let mut monitor = app.db.conn();
+    assert!(lock.waiters(&mut monitor) > 0, "the write never waited");
+    assert!(
+        write.await.expect("write task").is_err(),
+        "the write answered"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let released = std::time::Instant::now();
+    lock.release();
+    let (answered, body) = poll.await.expect("poll task");
+    let body = body.expect("poll body");
+    assert_eq!(body["data"][0]["kind"], "task.created", "{body}");
+    // Woken by the write, not by its 25 s deadline.
+    assert!(
+        answered.duration_since(released) < std::time::Duration::from_secs(10),
+        "the poll slept to its deadline"
+    );
 }
