@@ -458,6 +458,51 @@ async fn browser_shows_the_board_with_the_lease_holder_and_live_updates() {
     assert!(b.csp_violations().await.is_empty());
 }
 
+/// A page whose stream is refused (429: its client's streams are at the cap, as
+/// when a person reloads pages whose closed streams still count until their next
+/// keep-alive) connects again by itself once there is room, and follows the orbit
+/// live; `EventSource` alone gives up after a refusal (a review found such pages
+/// frozen until 2026-12-05).
+#[tokio::test]
+async fn browser_reconnects_after_its_stream_is_refused() {
+    let app = TestApp::spawn_with(|c| {
+        c.max_streams_per_client = 1;
+        c.stream_keepalive_seconds = 1;
+    })
+    .await;
+    let s = seed(&app, "refused-orbit").await;
+    // The one stream 127.0.0.1 may have, held here while the page loads.
+    let held = app
+        .client
+        .get(app.url(&format!("/api/v1/orbits/{}/events", s.orbit)))
+        .send()
+        .await
+        .expect("the held stream");
+    assert_eq!(held.status().as_u16(), 200);
+    let b = Browser::start().await;
+    b.open(&app.url(&format!("/o/{}", s.slug))).await;
+    let status = b.wait_for_text("#live-status", "Reconnecting", 10).await;
+    assert!(status.starts_with("Reconnecting"), "live status: {status}");
+    drop(held);
+    let status = b.wait_for_text("#live-status", "Live", 40).await;
+    assert!(
+        status.starts_with("Live"),
+        "never connected again: {status}"
+    );
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{}/tasks", s.orbit),
+            &s.owner.token,
+            json!({"title": "Seen after the refusal"}),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 201, "{}", r.text);
+    let open = b
+        .wait_for_text("section.c-open", "Seen after the refusal", 15)
+        .await;
+    assert!(open.contains("Seen after the refusal"), "not live: {open}");
+}
+
 #[tokio::test]
 async fn browser_shows_untrusted_content_as_text_and_the_404_page() {
     let (app, s) = seeded().await;

@@ -112,6 +112,9 @@
     }
 
     function changed(event) {
+      if (event.lastEventId) {
+        after = event.lastEventId;
+      }
       if (task) {
         try {
           var change = JSON.parse(event.data);
@@ -133,18 +136,31 @@
       }
     }
 
-    var source = new EventSource(
-      "/api/v1/orbits/" + encodeURIComponent(orbit) + "/events?after=" + encodeURIComponent(after)
-    );
-    for (var k = 0; k < KINDS.length; k++) {
-      source.addEventListener(KINDS[k], changed);
+    // EventSource reconnects by itself after a dropped stream (with Last-Event-ID),
+    // but not after a refusal (429 past the per-client cap, while the streams of
+    // pages just closed still count; an error status): then it is closed, and a new
+    // one is opened later, from the last change seen, waiting longer each time.
+    var delay = 2000;
+    function connect() {
+      var source = new EventSource(
+        "/api/v1/orbits/" + encodeURIComponent(orbit) + "/events?after=" + encodeURIComponent(after)
+      );
+      for (var k = 0; k < KINDS.length; k++) {
+        source.addEventListener(KINDS[k], changed);
+      }
+      source.onopen = function () {
+        delay = 2000;
+        say("Live: new activity appears here as it happens.", "live");
+      };
+      source.onerror = function () {
+        say("Reconnecting to live updates…", "reconnecting");
+        if (source.readyState === EventSource.CLOSED) {
+          setTimeout(connect, delay);
+          delay = Math.min(delay * 2, 30000);
+        }
+      };
     }
-    source.onopen = function () {
-      say("Live: new activity appears here as it happens.", "live");
-    };
-    source.onerror = function () {
-      say("Reconnecting to live updates…", "reconnecting");
-    };
+    connect();
   }
 
   if (document.readyState === "loading") {
