@@ -153,7 +153,7 @@ impl ApiError {
             406 => Self::new(
                 status,
                 "not_acceptable",
-                "The Accept header allows no type this endpoint answers with (POST /mcp: \
+                "The Accept header does not list what this endpoint needs (POST /mcp: both \
                  application/json and text/event-stream).",
             ),
             413 => Self::payload_too_large(),

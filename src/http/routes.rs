@@ -319,17 +319,16 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
 pub fn path_config() -> web::PathConfig {
     web::PathConfig::default().error_handler(|_, req| {
         // In plain words (contract section 17), not the deserializer's: every path
-        // parameter but `orbit` (an id or a slug) is an id.
+        // parameter but `orbit` (an id or a slug) is a number (an id, or a
+        // revision's `n`).
         let message = req
             .match_info()
             .iter()
             .find(|(name, value)| *name != "orbit" && value.parse::<i64>().is_err())
             .map(|(name, value)| {
-                format!(
-                    "`{name}` in the path must be an id, a whole number below 2^63, not {value:?}."
-                )
+                format!("`{name}` in the path must be a whole number below 2^63, not {value:?}.")
             })
-            .unwrap_or_else(|| "A path parameter must be an id, a whole number below 2^63.".into());
+            .unwrap_or_else(|| "A path parameter must be a whole number below 2^63.".into());
         ApiError::invalid("invalid_path", message).into()
     })
 }

@@ -47,9 +47,10 @@ pub struct Shape {
     pub max_group: usize,
     /// How long a request waits for its answer before it is answered 503.
     pub deadline: Duration,
-    /// Whether a request whose caller has gone (past the deadline, or hung up) is
-    /// dropped from the queue unrun: right for reads, not for writes (a write a
-    /// client gave up on runs, as it would on the ordinary path).
+    /// Whether a request whose client hung up is dropped from the queue unrun: right
+    /// for reads, not for writes (a write a client gave up on runs, as it would on
+    /// the ordinary path). A request still queued at its deadline is withdrawn
+    /// whatever this says (its 503 then means it never runs).
     pub skip_abandoned: bool,
     /// What a request is, for the log ("grouped read", "quick write"...).
     pub what: &'static str,

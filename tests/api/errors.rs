@@ -126,8 +126,7 @@ async fn a_bad_path_parameter_is_422() {
     r.assert_envelope(422);
     // In plain words, naming the parameter (not "Path deserialize error: ...").
     assert_eq!(
-        r.json["message"],
-        "`token_id` in the path must be an id, a whole number below 2^63, not \"abc\".",
+        r.json["message"], "`token_id` in the path must be a whole number below 2^63, not \"abc\".",
         "{}",
         r.text
     );

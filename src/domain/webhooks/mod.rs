@@ -2,9 +2,10 @@
 //! changes, POSTed to its URL, signed, in revision order, at least once.
 //!
 //! This module owns the verbs of `/api/v1/me/webhooks` (one function each, plain
-//! parameters, called by the REST handlers; no MCP tool, `http::mcp::catalogue::
-//! NOT_TOOLS` says why), the subscription's shape and its input rules. [`deliver`] is the delivery engine beside them;
-//! [`safety`] the address rules; [`sign`] the Standard Webhooks signature. Progress
+//! parameters, called by the REST handlers; no MCP tool, as
+//! `http::mcp::catalogue::NOT_TOOLS` says why), the subscription's shape and its
+//! input rules. [`deliver`] is the delivery engine beside them; [`safety`] the
+//! address rules; [`sign`] the Standard Webhooks signature. Progress
 //! lives in PostgreSQL (`store::webhooks`, migration 9, `webhook_*` in
 //! src/db/functions.sql).
 

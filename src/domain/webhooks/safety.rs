@@ -89,7 +89,9 @@ impl Refusal {
 
 /// How long the host's lookup may take: a stalled resolver (glibc waits 5 s a server)
 /// must leave the attempt inside its claim, which allows the send's own timeout and
-/// 5 s more (`deliver`); a lookup that takes longer counts as not resolving.
+/// 5 s more (`deliver`); a lookup that takes longer is refused like one that does not
+/// resolve (its `getaddrinfo` keeps a blocking thread of the engine's runtime until
+/// the resolver gives up).
 pub const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Resolves the URL's host and checks every address it names. With `allow_private`,
@@ -103,7 +105,13 @@ pub async fn check(url: &reqwest::Url, allow_private: bool) -> Result<(), Refusa
             match tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((name, port))).await
             {
                 Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
-                _ => Vec::new(),
+                Ok(Err(_)) => Vec::new(),
+                Err(_) => {
+                    return Err(Refusal::Unresolved(format!(
+                        "the host {name} did not resolve within {} s",
+                        LOOKUP_TIMEOUT.as_secs()
+                    )))
+                }
             }
         }
         None => Vec::new(),

@@ -7,7 +7,7 @@
 //! every operation of the generated OpenAPI document and fails for one that no tool
 //! performs and that [`NOT_TOOLS`] does not list with its reason.
 //!
-//! Adding the tool for a new REST route (e.g. `/api/v1/me/webhooks`):
+//! Adding the tool for a new REST route:
 //! 1. make the route's unit of work (a write) or its read a `pub fn` of its
 //!    `domain::<resource>` module, called by the handler;
 //! 2. add a `Def` to `DEFS` here: its name, `rest: &["<operationId>"]`, a description
