@@ -859,6 +859,20 @@ BEGIN
     RETURN 'RETRY';
 END $$;
 
+-- Extends a claim by `p_lease_ms` from now, if it is still this instance's: no other
+-- claim was made since (every claim takes a new `claim_seq`), and the subscription is
+-- ACTIVE. The engine renews before an attempt that might not end inside the claim
+-- (`deliver::run_claim`): an attempt sent past it could reach the receiver after the
+-- next change, sent by whoever claimed the subscription meanwhile.
+CREATE OR REPLACE FUNCTION webhook_renew(p_id bigint, p_instance text, p_seq bigint,
+                                         p_lease_ms bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE webhooks SET claim_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+     WHERE id = p_id AND claimed_by = p_instance AND claim_seq = p_seq AND status = 'ACTIVE';
+    RETURN FOUND;
+END $$;
+
 -- Gives a claim back when its instance has nothing more to send. True when a change
 -- arrived meanwhile (the caller claims again: the wake-up for it may have come
 -- while the claim was still held).

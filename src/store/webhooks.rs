@@ -298,6 +298,30 @@ pub fn record(
 
 /// Gives the claim back; `Some(true)` when a change arrived meanwhile, `None` when
 /// the claim was no longer this one's.
+/// Extends the claim `(instance, seq)` by `lease_ms` from now (`webhook_renew`):
+/// false when it is no longer this instance's (taken by another claim, or the
+/// subscription disabled or deleted).
+pub fn renew(
+    conn: &mut PgConnection,
+    id: i64,
+    instance: &str,
+    seq: i64,
+    lease_ms: i64,
+) -> QueryResult<bool> {
+    #[derive(QueryableByName)]
+    struct Renewed {
+        #[diesel(sql_type = Bool)]
+        renewed: bool,
+    }
+    let row: Renewed = crate::db::sql("SELECT webhook_renew($1, $2, $3, $4) AS renewed")
+        .bind::<BigInt, _>(id)
+        .bind::<Text, _>(instance)
+        .bind::<BigInt, _>(seq)
+        .bind::<BigInt, _>(lease_ms)
+        .get_result(conn)?;
+    Ok(row.renewed)
+}
+
 pub fn release(
     conn: &mut PgConnection,
     id: i64,

@@ -45,6 +45,9 @@ const LINGER: Duration = Duration::from_millis(100);
 const PASS_GAP: Duration = Duration::from_millis(5);
 /// How long the engine waits for deliveries in flight when it stops.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Room left in a claim, past an attempt's longest time (the host's lookup and the
+/// send's timeout), under which the claim is renewed before the attempt.
+const CLAIM_MARGIN: Duration = Duration::from_secs(1);
 
 /// The orbits with an ACTIVE subscription, as this instance last read them: a
 /// change in one of them wakes a claim pass, a change anywhere else does not (an
@@ -305,6 +308,8 @@ async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
         .metrics
         .webhook_claim_passes
         .fetch_add(1, Ordering::Relaxed);
+    // The claims' leases run from their statement, which starts after this.
+    let asked = Instant::now();
     let pass = blocking(&ctx.core.pool, move |c| {
         let claimed = if free > 0 {
             store::claim(c, &instance, free as i32, lease)?
@@ -326,7 +331,7 @@ async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
             }
             for c in claimed {
                 ctx.running.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(run_claim(ctx.clone(), http.clone(), c));
+                tokio::spawn(run_claim(ctx.clone(), http.clone(), c, asked));
             }
         }
         Err(e) => tracing::debug!(error = %e, "webhook claim pass failed; retrying"),
@@ -344,10 +349,17 @@ impl Drop for Running {
 }
 
 /// Delivers one claimed subscription until it has nothing more to send, an attempt
-/// failed (the retry is scheduled), it was disabled, or the claim was lost.
-async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
+/// failed (the retry is scheduled), it was disabled, or the claim was lost. `asked`:
+/// when the claim's statement was sent (its lease runs from a moment after).
+async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: Instant) {
     let _running = Running(ctx.clone());
     let s = ctx.settings;
+    let lease = Duration::from_millis(s.lease_ms as u64);
+    // Until when the claim is surely this instance's: renewed by every DELIVERED
+    // record, and before an attempt that might not end inside it (page reads and
+    // records can wait seconds for a connection): an attempt sent past it could
+    // reach the receiver after the next change, sent by whoever claimed meanwhile.
+    let mut ours_until = asked + lease;
     let mut hub = ctx.core.hub.subscribe();
     let mut lingered = false;
     loop {
@@ -396,10 +408,25 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
             if ctx.stopping() {
                 break;
             }
+            let needed = s.timeout + safety::LOOKUP_TIMEOUT + CLAIM_MARGIN;
+            if ours_until.saturating_duration_since(Instant::now()) < needed {
+                // (The attempt's record, next, renews the claim again.)
+                let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
+                let renewed = blocking(&ctx.core.pool, move |conn| {
+                    store::renew(conn, id, &instance, seq, s.lease_ms)
+                })
+                .await;
+                if !matches!(renewed, Ok(true)) {
+                    // Lost, or unknown: the claim runs out and its holder sends.
+                    return;
+                }
+            }
             let sent = send(&http, &s, &c, change).await;
+            let asked = Instant::now();
             let outcome = record(&ctx, &c, change.revision, Some(sent.ok), &sent).await;
             match outcome.as_deref() {
                 Some("DELIVERED") => {
+                    ours_until = asked + lease;
                     c.out_through = change.revision;
                     skipped_to = None;
                 }
@@ -417,9 +444,11 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed) {
         }
         if let Some(revision) = skipped_to {
             let none = Sent::default();
+            let asked = Instant::now();
             if record(&ctx, &c, revision, None, &none).await.as_deref() != Some("DELIVERED") {
                 return;
             }
+            ours_until = asked + lease;
             c.out_through = revision;
         }
     }

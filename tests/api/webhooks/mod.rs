@@ -662,3 +662,66 @@ async fn only_changes_in_an_orbit_with_a_subscription_wake_a_claim_pass() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(got.len(), 20, "{got:?}");
 }
+
+/// `webhook_renew`, which the engine asks before an attempt that might not end
+/// inside its claim: it extends the claim only while no other claim was made since
+/// (run out or not: with no new `claim_seq` nobody else can be sending), and not
+/// for a subscription that is no longer ACTIVE.
+#[tokio::test]
+async fn a_claim_is_renewed_only_while_no_other_claim_was_made() {
+    use diesel::RunQueryDsl;
+    use orbit_commons::store::webhooks::renew;
+    let app = app().await;
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "renewed").await;
+    // Nothing to deliver (it starts at the orbit's revision): the engine leaves it be.
+    let id = subscribe(
+        &app,
+        &owner,
+        json!({"orbit": orbit, "url": "http://127.0.0.1:9/hook"}),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let mut conn = app.db.conn();
+    let claim = |who: &str, until: &str| {
+        diesel::sql_query(format!(
+            "UPDATE webhooks SET claimed_by = '{who}', claim_seq = claim_seq + 1, \
+             claim_until = {until} WHERE id = {id}"
+        ))
+        .execute(&mut app.db.conn())
+        .unwrap();
+        crate::harness::sql_i64(
+            &mut app.db.conn(),
+            &format!("SELECT claim_seq AS n FROM webhooks WHERE id = {id}"),
+        )
+    };
+    let seconds_left = |conn: &mut diesel::PgConnection| {
+        crate::harness::sql_i64(
+            conn,
+            &format!(
+                "SELECT extract(epoch FROM claim_until - now())::bigint AS n \
+                 FROM webhooks WHERE id = {id}"
+            ),
+        )
+    };
+    let a = claim("a", "now() + interval '1 hour'");
+    assert!(renew(&mut conn, id, "a", a, 60_000).unwrap());
+    let left = seconds_left(&mut conn);
+    assert!((55..=60).contains(&left), "{left} s left");
+    // Another claim since: the first holder may not send.
+    let b = claim("b", "now() + interval '1 hour'");
+    assert!(!renew(&mut conn, id, "a", a, 60_000).unwrap());
+    assert!(renew(&mut conn, id, "b", b, 60_000).unwrap());
+    // Run out, but nobody claimed since: still b's.
+    claim("b", "now() - interval '1 second'");
+    let b = b + 1;
+    assert!(renew(&mut conn, id, "b", b, 60_000).unwrap());
+    // Not ACTIVE any more: not renewed.
+    diesel::sql_query(format!(
+        "UPDATE webhooks SET status = 'DISABLED', disabled_reason = 'test' WHERE id = {id}"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    assert!(!renew(&mut conn, id, "b", b, 60_000).unwrap());
+}
