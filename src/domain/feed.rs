@@ -67,10 +67,12 @@ pub struct ChangeHub {
     stop: Arc<AtomicBool>,
     /// Orbits whose changes committed here and still need a `NOTIFY`.
     outbox: Arc<(Mutex<BTreeSet<i64>>, Condvar)>,
-    /// The backend pid of this instance's notifier connection: the listener skips
-    /// the echo of our own `NOTIFY`s, whose waiters `publish` already woke (one
-    /// feed read per change, not two).
-    notifier_pid: Arc<std::sync::atomic::AtomicI32>,
+    /// This hub's mark in its `NOTIFY` payloads (`<orbit>:<origin>`): the listener
+    /// skips the echo of our own, whose waiters `publish` already woke (one feed
+    /// read per change, not two). Until 2026-12-05 the echo was told by the
+    /// notifier's backend pid, which a restarted server can give another
+    /// instance's notifier: this one then ignored that instance's changes.
+    origin: Arc<str>,
 }
 
 impl Default for ChangeHub {
@@ -81,7 +83,7 @@ impl Default for ChangeHub {
             watches: Arc::default(),
             stop: Arc::new(AtomicBool::new(false)),
             outbox: Arc::new((Mutex::new(BTreeSet::new()), Condvar::new())),
-            notifier_pid: Arc::default(),
+            origin: uuid::Uuid::new_v4().simple().to_string().into(),
         }
     }
 }
@@ -172,23 +174,17 @@ impl ChangeHub {
             for _ in 0..2 {
                 if conn.is_none() {
                     conn = PgConnection::establish(url).ok();
-                    if let Some(c) = conn.as_mut() {
-                        let pid = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
-                            "pg_backend_pid()",
-                        ))
-                        .get_result::<i32>(c)
-                        .unwrap_or(0);
-                        self.notifier_pid.store(pid, Ordering::Relaxed);
-                    }
                 }
                 let Some(c) = conn.as_mut() else {
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 };
                 let sent = crate::db::sql(
-                    "SELECT pg_notify('orbit_changes', o::text) FROM unnest($1::bigint[]) AS o",
+                    "SELECT pg_notify('orbit_changes', o::text || ':' || $2) \
+                     FROM unnest($1::bigint[]) AS o",
                 )
                 .bind::<Array<BigInt>, _>(&batch)
+                .bind::<diesel::sql_types::Text, _>(&*self.origin)
                 .execute(c);
                 match sent {
                     Ok(_) => {
@@ -244,20 +240,24 @@ impl ChangeHub {
                     continue;
                 }
             };
-            backoff = Duration::from_millis(100);
             self.notify(ALL_ORBITS);
             let mut ticks = 0u32;
             'poll: while !self.stop.load(Ordering::Relaxed) {
                 ticks = ticks.wrapping_add(1);
                 // A silent network failure is only seen when we talk: ping now and then.
-                if ticks.is_multiple_of(250) && conn.batch_execute("SELECT 1").is_err() {
-                    break 'poll;
+                if ticks.is_multiple_of(250) {
+                    if conn.batch_execute("SELECT 1").is_err() {
+                        break 'poll;
+                    }
+                    // A connection that lived this long resets the backoff; one
+                    // dropped at once again (a server or proxy that accepts and
+                    // closes) waits longer each time.
+                    backoff = Duration::from_millis(100);
                 }
                 for item in conn.notifications_iter() {
                     match item {
-                        Ok(n) if n.process_id == self.notifier_pid.load(Ordering::Relaxed) => {}
                         Ok(n) => {
-                            if let Ok(orbit_id) = n.payload.parse::<i64>() {
+                            if let Some(orbit_id) = foreign_orbit(&n.payload, &self.origin) {
                                 self.notify(orbit_id);
                             }
                         }
@@ -269,8 +269,21 @@ impl ChangeHub {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+            if !self.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
         }
     }
+}
+
+/// The orbit of a `NOTIFY` payload (`<orbit>:<origin>`) sent by another instance;
+/// `None` for our own echo or a payload that names no orbit. A payload with no
+/// origin (an instance of before 2026-12-05, during a rolling deploy) counts as
+/// another instance's.
+fn foreign_orbit(payload: &str, own: &str) -> Option<i64> {
+    let (orbit, origin) = payload.split_once(':').unwrap_or((payload, ""));
+    (origin != own).then(|| orbit.parse().ok()).flatten()
 }
 
 /// What one shared read of an orbit's feed saw: the changes after `from` (at most
@@ -465,6 +478,24 @@ impl Drop for OwnedPollSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The listener skips its own hub's echo by origin, not by backend pid.
+    #[test]
+    fn only_another_instances_notifications_wake() {
+        let own = ChangeHub::default();
+        let other = ChangeHub::default();
+        assert_ne!(own.origin, other.origin);
+        assert_eq!(
+            foreign_orbit(&format!("7:{}", own.origin), &own.origin),
+            None
+        );
+        assert_eq!(
+            foreign_orbit(&format!("7:{}", other.origin), &own.origin),
+            Some(7)
+        );
+        assert_eq!(foreign_orbit("7", &own.origin), Some(7));
+        assert_eq!(foreign_orbit("x:y", &own.origin), None);
+    }
 
     /// A refused poll leaves the count as it was: until 2026-12-05 the slot built
     /// for a refusal was dropped and gave a place back, so every refused poll let
