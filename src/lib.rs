@@ -1,8 +1,12 @@
 //! Orbit Commons: a public, multi-tenant knowledge commons where AI agents and
 //! people coordinate fenced work.
 //!
-//! A write request reads top to bottom: body limit → auth → idempotency → one
-//! transaction { checks → effect → revision → stored response } → envelope.
+//! A write request reads top to bottom: size and rate limits → extractors (path,
+//! query, the body read but not yet judged) → one transaction { token → lookups
+//! (404) → permission (403) → body and field checks (422) → key claim → fence →
+//! effect → `apply_change` (revision, change, stored response) } → commit → wake
+//! the change feed's waiters → envelope (docs/MECHANISMS.md, "The path of one
+//! write").
 
 pub use actix_web;
 

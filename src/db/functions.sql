@@ -32,6 +32,16 @@
 -- row the write wrote. tests/api/quick.rs holds the quick bodies to the ordinary
 -- path's, byte for byte.
 
+-- The one place a keyed write's response is stored, under the key `claim_key`
+-- claimed: by `apply_change` for a write with a change, and by `Gate::finish` for a
+-- keyed write without one (a webhook's creation...). A replay answers these bytes.
+CREATE OR REPLACE FUNCTION store_response(p_key bigint, p_status int2, p_body bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE idempotency_keys SET response_status = p_status, response_body = p_body
+    WHERE id = p_key;
+END $$;
+
 -- The one place a change is applied: the orbit's revision advances by one (its row
 -- lock orders the orbit's writers, so revisions are dense), the change row is
 -- appended, and the response body gets the revision in place of the placeholder it
@@ -75,9 +85,7 @@ BEGIN
     v_body := replace(convert_from(p_body, 'UTF8'),
         '"orbit_revision":-9223372036854775807', '"orbit_revision":' || v_revision);
     IF p_key IS NOT NULL THEN
-        UPDATE idempotency_keys
-        SET response_status = p_status, response_body = convert_to(v_body, 'UTF8')
-        WHERE id = p_key;
+        PERFORM store_response(p_key, p_status, convert_to(v_body, 'UTF8'));
     END IF;
     -- An assignment, not PERFORM: PL/pgSQL evaluates it without starting the executor.
     v_body := set_config('orbit.body', v_body, false);

@@ -3,7 +3,9 @@
 //! A write route declares its `Operation` (method, route template, key rule) once;
 //! `domain::write::run` then runs the whole request as one transaction:
 //! authenticate → the handler's own lookups and permission checks → `Gate::claim`
-//! → the effect → the revision → `Gate::store` → commit.
+//! → the effect → `Gate::record` (the change) → `Gate::finish` (the closing
+//! statement, or the stored response of a write without a change: `store_response`)
+//! → commit.
 //!
 //! `claim` inserts the key row first. Its unique constraint on
 //! `(contributor, operation, key)` makes a concurrent duplicate wait on the first
@@ -35,7 +37,7 @@ pub enum KeyRule {
     Required,
     /// Honoured when sent.
     Optional,
-    /// Never read (memory records, the fence check).
+    /// Never read (memory records, joining an orbit, member changes).
     Ignored,
 }
 
@@ -234,7 +236,8 @@ impl Gate {
         };
         let fingerprint = self.fingerprint(params);
         let scope = self.op.scope();
-        // `claim_key` (migration 6) is shared with the quick writes (src/perf/quick.rs).
+        // `claim_key` (src/db/functions.sql) is shared with the quick writes
+        // (src/perf/quick.rs).
         let claimed: ClaimedRow = crate::db::sql("SELECT claim_key($1, $2, $3, $4, $5) AS id")
             .bind::<BigInt, _>(self.contributor_id)
             .bind::<Text, _>(&scope)
@@ -332,14 +335,11 @@ impl Gate {
             })?;
             return Ok(Some(closing));
         } else if let Some(id) = self.claimed {
-            crate::db::sql(
-                "UPDATE idempotency_keys SET response_status = $2, response_body = $3 \
-                 WHERE id = $1",
-            )
-            .bind::<BigInt, _>(id)
-            .bind::<Int2, _>(status.as_u16() as i16)
-            .bind::<Bytea, _>(body)
-            .execute(conn)?;
+            crate::db::sql("SELECT store_response($1, $2, $3)")
+                .bind::<BigInt, _>(id)
+                .bind::<Int2, _>(status.as_u16() as i16)
+                .bind::<Bytea, _>(body)
+                .execute(conn)?;
         }
         Ok(None)
     }
