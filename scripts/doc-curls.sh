@@ -134,8 +134,8 @@ curl -X POST "$BASE/api/v1/orbits" -H "Authorization: Bearer $OWNER" -H 'Content
 curl -X POST "$BASE/api/v1/orbits/demo/tasks" -H "Authorization: Bearer $OWNER" \
   -H 'Idempotency-Key: agents-quick-task' -H 'Content-Type: application/json' -d '{"title":"quick"}' >/dev/null
 run_block "${agents[0]}"    # quick start: register, find work, lease, checkpoint, hand off
-TOKEN=$(new_token quick-peer)
-curl -X POST "$BASE/api/v1/orbits/demo/join" -H "Authorization: Bearer $TOKEN" >/dev/null
+OTHER=$(new_token quick-peer)
+curl -X POST "$BASE/api/v1/orbits/demo/join" -H "Authorization: Bearer $OTHER" >/dev/null
 run_block "${agents[1]}"    # quick start: accept
 [ "$(printf '%s' "$LAST" | j "['data']['handoff']['status']")" = ACCEPTED ] || {
   echo "doc-curls: the quick start's accept did not accept" >&2; exit 1; }

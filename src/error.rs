@@ -478,8 +478,9 @@ pub const CODES: &[Code] = &[
 impl ApiError {
     /// The one reaction to this error: the code's, except where the details say the
     /// caller already has what it wanted (`continue`): a `stale_lease_version` whose
-    /// current lease is the caller's own (`details.yours`), a `handoff_not_pending`
-    /// the caller itself accepted (`details.lease_id`).
+    /// current, active lease is the caller's own (`details.yours`), a
+    /// `handoff_not_pending` the caller itself accepted, whose lease is still active
+    /// (`details.lease_id`).
     pub fn recover(&self) -> &'static str {
         let details = self.body.details.as_ref();
         let code = self.body.code.as_str();

@@ -41,7 +41,8 @@ pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
     role.ok_or_else(|| {
         ApiError::forbidden(
             "not_a_member",
-            "Only members of this orbit may write in it.",
+            "Only members of this orbit may write in it: join the orbit, then send the request \
+             again.",
         )
         .into()
     })

@@ -1,7 +1,7 @@
 //! The fence: the one lease check every lease-protected write calls.
 //!
-//! `lock` (or `lock_for`, for a write presenting a lease, `lock_to_acquire` for an
-//! acquire) takes the task row's lock and then, in one statement, reads the
+//! `guard` (a write presenting a lease), `lock_to_acquire` (an acquire), `lock_for`
+//! (the read-only fence check, under `FOR SHARE`) and `lock` take the task row's lock and then, in one statement, reads the
 //! database clock with the task's open lease, the presented lease and the PENDING
 //! handoff, and asks the lease decision of the database: `lease_verdict` or
 //! `acquire_verdict` (src/db/functions.sql), the one definition both write paths
@@ -43,8 +43,6 @@ pub struct LockedTask {
     pub open_lease: Option<OpenLease>,
     /// The task's PENDING handoff, if any (it may have run out).
     pub pending_handoff: Option<PendingHandoff>,
-    /// Who holds or held the task's current lease (version `lease_version`), if any.
-    pub current_holder: Option<i64>,
     /// Who the lock was taken for, and the lease they presented (`lock_for`).
     caller: Option<i64>,
     presented: Option<PresentedLease>,
@@ -145,8 +143,6 @@ struct AfterLock {
     h_to: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     h_expires: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    c_contributor: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
     verdict: Option<String>,
 }
@@ -281,8 +277,6 @@ fn lock_inner(
                 v.end_reason AS v_end_reason, v.expires_at AS v_expires, \
                 h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
                 h.expires_at AS h_expires, \
-                (SELECT c.contributor_id FROM leases c \
-                  WHERE c.task_id = $1 AND c.lease_version = $3) AS c_contributor, \
                 CASE $4 WHEN 1 THEN lease_verdict($1, $5, $2, $6, $7, clock.now) \
                         WHEN 2 THEN acquire_verdict($1, $5, clock.now) END AS verdict \
          FROM clock \
@@ -340,7 +334,6 @@ fn lock_inner(
         now: after.now,
         open_lease,
         pending_handoff,
-        current_holder: after.c_contributor,
         caller,
         presented,
         asked: ask,
@@ -379,21 +372,32 @@ pub struct Held {
     pub expires_at: DateTime<Utc>,
 }
 
+/// 409 `stale_lease_version`. `details.yours` (contract section 17: "the current lease
+/// is the caller's own") is true only while that lease is active, and then
+/// `details.lease_id` names it: the one case whose reaction is to continue. A
+/// current lease of the caller's that has ended (completed, released, run out) is
+/// no lease to continue with.
 pub fn stale(task: &LockedTask) -> ApiError {
-    let yours = task.caller.is_some() && task.current_holder == task.caller;
-    let message = if yours {
+    let yours = task
+        .active_lease()
+        .filter(|l| Some(l.contributor_id) == task.caller);
+    let message = if yours.is_some() {
         "Your lease_version is not the task's current one, but the current lease is yours: \
-         you acquired or accepted the task again since. Continue with \
-         details.current_lease_version (read GET /api/v1/tasks/{task} for its lease id); \
-         stop using the old version."
+         you acquired or accepted the task again since. Continue with the lease in details \
+         (lease_id, current_lease_version); stop using the old version."
     } else {
-        "Your lease_version is not the task's current one: someone else holds or held the task \
-         since. Stop writing and report; do not retry with a version you did not acquire."
+        "Your lease_version is not the task's current one: the task was leased again, or its \
+         lease ended, since. Stop writing and report; do not retry with a version you did not \
+         acquire."
     };
-    ApiError::conflict("stale_lease_version", message).with_details(json!({
+    let mut details = json!({
         "current_lease_version": task.lease_version,
-        "yours": yours,
-    }))
+        "yours": yours.is_some(),
+    });
+    if let Some(lease) = yours {
+        details["lease_id"] = json!(lease.id);
+    }
+    ApiError::conflict("stale_lease_version", message).with_details(details)
 }
 
 /// 422 `lease_version_not_issued`: the request names a version above any the task
@@ -403,7 +407,7 @@ pub fn not_issued(task: &LockedTask, lease_version: i64) -> ApiError {
         "lease_version_not_issued",
         format!(
             "lease_version {lease_version} was never issued for this task (its highest is {}). \
-             Send the lease_version that acquire_lease or accept_handoff gave you.",
+             Send the lease_version your acquire or accept returned.",
             task.lease_version
         ),
     )
@@ -511,7 +515,7 @@ fn unworded(task: &LockedTask) -> crate::db::TxError {
 pub fn task_closed(status: &str) -> ApiError {
     ApiError::conflict(
         "task_closed",
-        "This task is closed (COMPLETED or CANCELLED). Stop and report; choose other work.",
+        "This task is closed (COMPLETED or CANCELLED). Stop writing and report.",
     )
     .with_details(json!({ "status": status }))
 }
@@ -520,8 +524,8 @@ pub fn task_closed(status: &str) -> ApiError {
 pub fn lease_conflict(expires_at: &DateTime<Utc>) -> ApiError {
     ApiError::conflict(
         "lease_conflict",
-        "Someone else holds an active lease on this task. Choose other work, or try again \
-         after details.expires_at.",
+        "Someone else holds an active lease on this task. Choose other work \
+         (details.expires_at says when that lease runs out).",
     )
     .with_details(json!({ "expires_at": format_ts(expires_at) }))
 }
@@ -538,8 +542,9 @@ fn expired(at: &DateTime<Utc>) -> ApiError {
 pub fn handed_off(handoff_id: i64, to: Option<i64>) -> ApiError {
     ApiError::conflict(
         "handed_off",
-        "You handed this task off and the handoff is pending: your writes to it are fenced. \
-         Stop and report.",
+        "You handed this task off and the handoff (details.handoff_id) is pending: your writes \
+         to it are fenced. Stop writing and report; withdraw the handoff first only if you \
+         mean to take the task back.",
     )
     .with_details(json!({ "handoff_id": handoff_id, "to_contributor_id": to }))
 }

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::db::{self, TxResult};
 use crate::domain::access;
 use crate::domain::auth::{Bearer, Caller};
-use crate::domain::fence::{self, lease_conflict, task_closed, Guard, LockMode};
+use crate::domain::fence::{self, lease_conflict, task_closed, Guard, LockMode, LockedTask};
 use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::leases::duration;
 use crate::domain::orbits::Empty;
@@ -165,11 +165,15 @@ pub struct AcceptedHandoff {
 }
 
 /// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`; when the caller is
-/// the one who accepted (it lost the accept's response), also the lease the accept
-/// issued, so it learns it already holds the task.
-pub fn not_pending(h: &HandoffLock, caller: i64) -> ApiError {
+/// the one who accepted (it lost the accept's response) and the lease the accept
+/// issued is still active on `task`, also that lease, so it learns it already holds
+/// the task. One that has ended since (completed, released, run out, handed on) is
+/// no lease to continue with: the answer is then the plain one.
+pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError {
     let mut details = json!({ "current_status": h.status });
-    let mine = h.accepted_by == Some(caller);
+    let mine = h.accepted_by == Some(caller)
+        && h.accepted_lease_id.is_some()
+        && task.active_lease().map(|l| l.id) == h.accepted_lease_id;
     if h.status == HandoffStatus::Accepted.as_str() {
         details["accepted_by"] = json!(h.accepted_by);
         if mine {
@@ -194,14 +198,15 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 }
 
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
-/// `caller` is who asks: the one who accepted learns the lease it already holds.
-fn still_pending(h: &HandoffLock, now: chrono::DateTime<chrono::Utc>, caller: i64) -> TxResult<()> {
+/// `caller` is who asks: the one who accepted learns the lease it still holds.
+fn still_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> TxResult<()> {
+    let now = task.now;
     let (pending, expired) = (
         HandoffStatus::Pending.as_str(),
         HandoffStatus::Expired.as_str(),
     );
     if h.status != pending && h.status != expired {
-        return Err(not_pending(h, caller).into());
+        return Err(not_pending(h, task, caller).into());
     }
     if h.status == expired || h.expires_at <= now {
         return Err(ApiError::conflict(
@@ -245,7 +250,7 @@ pub fn accept(
     claim!(gate, conn, &[handoff_id]);
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
     let h = store::lock(conn, handoff_id)?;
-    still_pending(&h, task.now, caller.id())?;
+    still_pending(&h, &task, caller.id())?;
     if !task.is_open() {
         return Err(task_closed(&task.status).into());
     }
@@ -342,7 +347,7 @@ fn end_pending(
     let h = store::peek(conn, handoff_id)?.ok_or(ApiError::internal())?;
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
     let h = store::lock(conn, handoff_id)?;
-    still_pending(&h, task.now, caller)?;
+    still_pending(&h, &task, caller)?;
     store::finish(conn, handoff_id, status, task.now, None, None, reason)?;
     let (kind, verb) = match status {
         HandoffStatus::Declined => ("handoff.declined", "declined"),

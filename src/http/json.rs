@@ -134,8 +134,9 @@ impl InexactNumber {
     pub fn message(&self) -> String {
         format!(
             "the number {} cannot be kept exactly: numbers must be values an IEEE 754 double \
-             holds exactly (whole numbers between -9007199254740991 and 9007199254740991, \
-             decimals of at most 15 significant digits); send other values as strings",
+             holds exactly (whole numbers between -9007199254740991 and 9007199254740991; a \
+             decimal of 15 significant digits or fewer always is, a longer one only when a \
+             double keeps every digit); send other values as strings",
             self.text
         )
     }

@@ -43,9 +43,19 @@ async fn stale_lease_version_says_whether_the_current_lease_is_yours() {
         r.assert_error(409, "stale_lease_version");
         assert_eq!(r.json["details"]["current_lease_version"], v2, "{}", r.text);
         assert_eq!(r.json["details"]["yours"], true, "{}", r.text);
+        assert_eq!(r.json["details"]["lease_id"], l2, "{}", r.text);
+        assert!(r.text.contains("Continue with the lease"), "{}", r.text);
+
+        // The current lease is the caller's but has ended: nothing to continue with.
+        release(&app, a, l2, v2).await;
+        let r = checkpoint(&app, a, t, v1, json!({})).await;
+        r.assert_error(409, "stale_lease_version");
+        assert_eq!(r.json["details"]["current_lease_version"], v2, "{}", r.text);
+        assert_eq!(r.json["details"]["yours"], false, "{}", r.text);
+        assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
+        assert!(r.text.contains("Stop writing and report"), "{}", r.text);
 
         // Someone else's lease since: not yours.
-        release(&app, a, l2, v2).await;
         let (_, v3) = lease(&app, b, t, 600).await;
         let r = checkpoint(&app, a, t, v2, json!({})).await;
         r.assert_error(409, "stale_lease_version");
@@ -166,6 +176,29 @@ async fn an_acceptor_that_lost_the_answer_learns_it_holds_the_task() {
     checkpoint(&app, taker, t, lease_version, json!({"step": 2}))
         .await
         .assert_envelope_ok(201);
+
+    // Once that lease has ended (the taker completed the task), an accept with a new
+    // key no longer offers it: there is nothing to continue with.
+    app.post_keyed(
+        &format!("/api/v1/tasks/{t}/complete"),
+        &taker.token,
+        json!({"lease_version": lease_version}),
+    )
+    .await
+    .assert_envelope_ok(200);
+    let after = keyed(&app, &path, &taker.token, "accept-4", json!({})).await;
+    after.assert_error(409, "handoff_not_pending");
+    assert_eq!(
+        after.json["details"]["accepted_by"], taker.id,
+        "{}",
+        after.text
+    );
+    assert!(
+        after.json["details"].get("lease_id").is_none(),
+        "{}",
+        after.text
+    );
+    assert!(after.text.contains("Choose other work"), "{}", after.text);
 
     // A withdrawn handoff carries no accepted_by.
     let t2 = task(&app, giver, c.orbit, "t2").await;

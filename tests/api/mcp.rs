@@ -279,6 +279,11 @@ async fn unauthenticated_mcp_requests_are_401() {
     ] {
         let r = raw(&app, auth, initialize_message()).await;
         assert_auth_refusal(&r);
+        if auth.is_none() {
+            // It names the registration route agents.md teaches.
+            let m = r.json["error"]["message"].as_str().unwrap_or("");
+            assert!(m.contains("POST /api/v1/contributors"), "{m}");
+        }
         assert!(
             r.header("www-authenticate")
                 .is_some_and(|v| v.starts_with("Bearer")),
@@ -312,6 +317,37 @@ async fn unauthenticated_mcp_requests_are_401() {
         .serve(transport)
         .await;
     assert!(refused.is_err(), "initialize without a token must fail");
+}
+
+/// An `MCP-Protocol-Version` the server does not speak is refused with a JSON-RPC
+/// error that names the versions it does; a known one passes.
+#[tokio::test]
+async fn an_unknown_protocol_version_is_refused_in_words() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("mcp-version").await;
+    let auth = format!("Bearer {}", a.token);
+    let list = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
+    let body = serde_json::to_vec(&list).unwrap();
+    let send = |version: &'static str| {
+        let (app, auth, body) = (&app, auth.clone(), body.clone());
+        async move {
+            let headers = [
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+                ("authorization", auth.as_str()),
+                ("mcp-protocol-version", version),
+            ];
+            app.post_raw("/mcp", None, &headers, body).await
+        }
+    };
+    let r = send("1999-01-01").await;
+    assert_eq!(r.status.as_u16(), 400, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32600, "{}", r.text);
+    let m = r.json["error"]["message"].as_str().unwrap_or("");
+    assert!(m.contains("2025-06-18") && m.contains("1999-01-01"), "{m}");
+    let r = send("2025-06-18").await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    assert!(r.json["result"]["tools"].is_array(), "{}", r.text);
 }
 
 #[tokio::test]

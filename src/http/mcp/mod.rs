@@ -64,7 +64,8 @@ of it; a replayed result (`_meta` orbit-commons/idempotency-replayed) is history
 object now (e.g. `get_lease`) before relying on it. A refusal is a tool error whose structuredContent has `status`, `code`, `message`, \
 `details` and `recover`: do exactly what `recover` names (stop_and_report, \
 choose_other_task, renew_instead, reread_then_retry, retry_same_key_after, \
-new_key_for_new_intent, fix_input, not_permitted, not_found, continue).";
+new_key_for_new_intent, fix_input, not_permitted, not_found, continue). For not_permitted \
+the message says whether anything lifts it (not_a_member: `join_orbit`, then call again).";
 
 /// The bearer of the HTTP request that carried an MCP message, already verified by
 /// `require_token` (and verified again by every tool, inside its unit of work).
@@ -170,12 +171,17 @@ fn jsonrpc_error(
 
 /// Reads a JSON `POST` body before the SDK does, so a malformed message gets the
 /// JSON-RPC error the specification names instead of the SDK's plain-text 415,
-/// and numbers obey the same rule as REST bodies. Other requests pass untouched
-/// (a wrong content type stays the SDK's 415).
+/// and numbers obey the same rule as REST bodies. An `MCP-Protocol-Version` the SDK
+/// would refuse with a bare 400 is refused here, saying which versions it takes.
+/// Other requests pass untouched (a wrong content type stays the SDK's 415).
 async fn check_message(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    if let Some(why) = unknown_protocol_version(req.headers()) {
+        let resp = jsonrpc_error(400, Value::Null, -32600, &why, None);
+        return Ok(req.into_response(resp).map_into_right_body());
+    }
     let json_post = req.method() == actix_web::http::Method::POST
         && req
             .headers()
@@ -240,6 +246,26 @@ async fn check_message(
     Ok(next.call(req).await?.map_into_left_body())
 }
 
+/// Why the request's `MCP-Protocol-Version` header is refused, if it is: the SDK's
+/// rule (a version it knows; no header is fine), in words that name the versions.
+fn unknown_protocol_version(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
+    let value = headers.get("mcp-protocol-version")?;
+    let known = ProtocolVersion::KNOWN_VERSIONS;
+    if value
+        .to_str()
+        .is_ok_and(|v| known.iter().any(|k| k.as_str() == v))
+    {
+        return None;
+    }
+    let names: Vec<&str> = known.iter().map(|k| k.as_str()).collect();
+    Some(format!(
+        "Invalid Request: this server speaks MCP-Protocol-Version {}, not {:?}. Send one of \
+         them (the one initialize returned), or leave the header out.",
+        names.join(", "),
+        String::from_utf8_lossy(value.as_bytes())
+    ))
+}
+
 /// Why a request for a method this server answers does not fit its params, if it
 /// does not: the SDK reads such a request as one of an unknown method and answers
 /// -32601 naming only the method (a review sent `tools/call` with `"arguments": [1]`);
@@ -273,7 +299,7 @@ async fn authenticate(req: &ServiceRequest) -> ApiResult<Bearer> {
     if !bearer.is_present() {
         return Err(ApiError::unauthorized(
             "The MCP endpoint needs `Authorization: Bearer <token>`: register with \
-             POST /api/v1/agents and send the token it returns.",
+             POST /api/v1/contributors (agents.md, section 2) and send the token it returns.",
         ));
     }
     let state = req
