@@ -4,7 +4,8 @@
 //! `RequestSpan` is the outermost layer, so it is also where a request is first
 //! looked at: a method longer than `metrics::MAX_METHOD_LEN` is refused with 405
 //! before any span, log line or metric exists for it, and `HEAD` is routed as
-//! `GET` (the HTTP codec remembers it was `HEAD` and sends no body).
+//! `GET` (the HTTP codec remembers it was `HEAD` and sends no body; a handler whose
+//! body would outlive the response, the event stream, asks for [`WasHead`]).
 
 use std::future::{ready, Ready};
 use std::time::Instant;
@@ -12,11 +13,16 @@ use std::time::Instant;
 use actix_web::body::EitherBody;
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::Method;
+use actix_web::HttpMessage;
 use futures_util::future::LocalBoxFuture;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
+
+/// In a request's extensions when it came as `HEAD` and is routed as `GET`.
+#[derive(Debug, Clone, Copy)]
+pub struct WasHead;
 
 pub fn init(filter: &str, format: LogFormat) {
     // `config::log_filter` refused an unreadable filter at start.
@@ -78,6 +84,7 @@ where
         // alone: its GET opens an event stream.
         if req.method() == Method::HEAD && req.path() != "/mcp" {
             req.head_mut().method = Method::GET;
+            req.extensions_mut().insert(WasHead);
         }
         let span = tracing::info_span!("request", method, route = tracing::field::Empty);
         let started = Instant::now();

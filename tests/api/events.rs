@@ -337,6 +337,21 @@ async fn a_client_past_its_stream_limit_gets_429_and_a_token_counts_apart() {
     .await;
     let owner = app.agent("owner").await;
     let orbit = app.orbit(&owner, "limited").await;
+    // A HEAD answers like the GET and holds no place: it has no stream (it once
+    // held one, unread, until the stream's time ran out).
+    for _ in 0..3 {
+        let r = app
+            .client
+            .head(app.url(&format!("/api/v1/orbits/{orbit}/events")))
+            .send()
+            .await
+            .expect("HEAD");
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+    }
     let first = Sse::open(&app, orbit, "", None).await;
     let _second = Sse::open(&app, orbit, "", None).await;
     let over = crate::harness::Resp::from(Sse::request(&app, orbit, "", None, None).await).await;

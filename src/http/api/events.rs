@@ -3,7 +3,7 @@
 //! `domain::events` gives it; the fan-out, the replay and the limits live there.
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{get, web, HttpResponse};
+use actix_web::{get, web, HttpMessage, HttpResponse};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -66,16 +66,28 @@ pub async fn stream_events(
         .map(|v| v.to_str().unwrap_or("\u{fffd}"));
     let after = events::resume_point(last_event_id, query.after.as_deref());
     let stream = events::open(&state.core, bearer, path.into_inner(), after, addr).await?;
-    Ok(HttpResponse::Ok()
-        .insert_header((
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        ))
-        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
-        // Proxies that buffer responses (nginx) pass this one through as it comes.
-        .insert_header(("X-Accel-Buffering", HeaderValue::from_static("no")))
-        // The connection ends with the stream, so a graceful stop need not wait
-        // for it to idle out.
-        .force_close()
-        .streaming(stream))
+    // A HEAD is answered like the GET, without its stream: the codec would send no
+    // body but keep the stream, and its place under the client's cap, until the
+    // stream's time ran out (a hostile probe held 16 places for 15 minutes so).
+    let head = req
+        .extensions()
+        .get::<crate::http::telemetry::WasHead>()
+        .is_some();
+    let mut resp = HttpResponse::Ok();
+    resp.insert_header((
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    ))
+    .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+    // Proxies that buffer responses (nginx) pass this one through as it comes.
+    .insert_header(("X-Accel-Buffering", HeaderValue::from_static("no")))
+    // The connection ends with the stream, so a graceful stop need not wait
+    // for it to idle out.
+    .force_close();
+    Ok(if head {
+        drop(stream);
+        resp.finish()
+    } else {
+        resp.streaming(stream)
+    })
 }
