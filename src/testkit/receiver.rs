@@ -1,8 +1,8 @@
 //! A local webhook receiver, for the webhook tests and the bench's `webhooks`
 //! scenario: a small actix server on a free port that records every request it gets
 //! (headers, body, arrival by both clocks) and answers as told: a number of failures
-//! with a status, a number of hangs past the client's timeout, a delay before each
-//! answer.
+//! with a status, a number of hangs past the client's timeout, a number of 200s
+//! whose body trickles in after them, a delay before each answer.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,6 +86,9 @@ pub struct Plan {
     /// The next this many requests (after the failures) are held for `hang`.
     pub hang_next: usize,
     pub hang: Duration,
+    /// The next this many requests (after the hangs) get their 200 at once and then
+    /// a body of 100 chunks, one each `hang`.
+    pub trickle_next: usize,
     /// Every answer waits this long.
     pub delay: Duration,
 }
@@ -97,6 +100,7 @@ impl Default for Plan {
             fail_status: 500,
             hang_next: 0,
             hang: Duration::from_secs(5),
+            trickle_next: 0,
             delay: Duration::ZERO,
         }
     }
@@ -140,18 +144,35 @@ async fn receive(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) 
         at: Instant::now(),
         at_wall: chrono::Utc::now(),
     });
-    let (wait, status) = {
+    let (wait, status, trickle) = {
         let mut plan = lock(&shared.plan);
         if plan.fail_next > 0 {
             plan.fail_next -= 1;
-            (plan.delay, plan.fail_status)
+            (plan.delay, plan.fail_status, None)
         } else if plan.hang_next > 0 {
             plan.hang_next -= 1;
-            (plan.hang, 200)
+            (plan.hang, 200, None)
+        } else if plan.trickle_next > 0 {
+            plan.trickle_next -= 1;
+            (Duration::ZERO, 200, Some(plan.hang))
         } else {
-            (plan.delay, 200)
+            (plan.delay, 200, None)
         }
     };
+    if let Some(every) = trickle {
+        shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let chunks = futures_util::stream::unfold(0u32, move |n| async move {
+            if n >= 100 {
+                return None;
+            }
+            tokio::time::sleep(every).await;
+            Some((
+                Ok::<_, std::convert::Infallible>(web::Bytes::from_static(b"0123456789")),
+                n + 1,
+            ))
+        });
+        return HttpResponse::Ok().streaming(chunks);
+    }
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
     }

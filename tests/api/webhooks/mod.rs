@@ -292,6 +292,33 @@ async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout
     );
 }
 
+/// A 2xx within the timeout is success, whatever the body does after it: a receiver
+/// that answers 200 at once and then trickles its body past the timeout gets the
+/// change once (it was counted a timeout and sent again and again).
+#[tokio::test]
+async fn a_prompt_2xx_is_success_even_when_its_body_trickles() {
+    let app = app_with(|c| c.webhook_timeout_ms = 1000).await;
+    let rx = Receiver::start_with(Plan {
+        trickle_next: 1,
+        hang: Duration::from_millis(100),
+        ..Plan::default()
+    })
+    .expect("start the webhook receiver");
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "trickled").await;
+    let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
+    let id = hook["id"].as_i64().unwrap();
+    let first = write(&app, &owner, orbit, 0).await;
+    wait_webhook(&app, &owner, id, |w| w["delivered_through"] == first).await;
+    // Past the timeout and a backoff: still the one request.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(rx.count(), 1, "{:?}", rx.got());
+    let log = deliveries(&app, &owner, id).await;
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["status_code"], 200, "{}", log[0]);
+    assert!(log[0]["error"].is_null(), "{}", log[0]);
+}
+
 #[tokio::test]
 async fn the_last_failed_attempt_disables_and_enable_resumes_after_delivered_through() {
     let app = app_with(|c| {
