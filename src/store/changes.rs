@@ -115,24 +115,57 @@ pub struct ContributorChange {
 /// A contributor's most recent changes over every orbit, newest first, at most
 /// `limit`, older than `before` (a `(created_at)` position; `None` = now), by
 /// `changes_contributor_idx`.
+/// Where a contributor's activity continues (newest first): before the instant
+/// `at`, or, with `change` (`(orbit, revision)` of the last one shown), before that
+/// change among those of the same instant, so a page break between changes of one
+/// microsecond loses none.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivityCursor {
+    pub at: DateTime<Utc>,
+    pub change: Option<(i64, i64)>,
+}
+
 pub fn of_contributor(
     conn: &mut PgConnection,
     contributor_id: i64,
-    before: Option<DateTime<Utc>>,
+    before: Option<ActivityCursor>,
     limit: i64,
 ) -> QueryResult<Vec<ContributorChange>> {
     use crate::db::schema::orbits;
+    use diesel::dsl::sql;
+    use diesel::sql_types::{BigInt, Bool, Timestamptz};
     let mut query = changes::table
         .inner_join(contributors::table)
         .inner_join(orbits::table.on(orbits::id.eq(changes::orbit_id)))
         .filter(changes::contributor_id.eq(contributor_id))
         .into_boxed();
-    if let Some(before) = before {
-        query = query.filter(changes::created_at.lt(before));
+    match before {
+        Some(ActivityCursor { at, change: None }) => {
+            query = query.filter(changes::created_at.lt(at));
+        }
+        Some(ActivityCursor {
+            at,
+            change: Some((orbit, revision)),
+        }) => {
+            query = query.filter(
+                sql::<Bool>("(changes.created_at, changes.orbit_id, changes.revision) < (")
+                    .bind::<Timestamptz, _>(at)
+                    .sql(", ")
+                    .bind::<BigInt, _>(orbit)
+                    .sql(", ")
+                    .bind::<BigInt, _>(revision)
+                    .sql(")"),
+            );
+        }
+        None => {}
     }
     // Flat: diesel loads a `SelectBy` inside a tuple, not inside a nested one.
     let rows: Vec<(ChangeRow, ActorTuple, i64, String)> = query
-        .order(changes::created_at.desc())
+        .order((
+            changes::created_at.desc(),
+            changes::orbit_id.desc(),
+            changes::revision.desc(),
+        ))
         .limit(limit)
         .select((
             ChangeRow::as_select(),

@@ -457,6 +457,10 @@ async fn bad_query_parameters_are_an_html_400_never_a_5xx() {
         "/search?q=tarball&types=NOPE".to_owned(),
         "/search?q=tarball&orbit=no-such-orbit".to_owned(),
         format!("/contributors/{}?before=yesterday", s.owner.id),
+        format!(
+            "/contributors/{}?before=2026-01-01T00:00:00Z&change=3",
+            s.owner.id
+        ),
     ] {
         let r = app.get(&path, None).await;
         assert_page(&r, 400);
@@ -609,6 +613,58 @@ async fn a_contribution_page_with_huge_revisions_pages_by_size() {
         older.text.contains("What changed since revision 2"),
         "no diff"
     );
+}
+
+/// A contributor's activity pages without losing a change, even where many share
+/// one instant: the next page starts after the last change shown, to the
+/// microsecond and by (orbit, revision) among equals (its millisecond form once
+/// skipped the rest of that millisecond).
+#[tokio::test]
+async fn a_contributors_activity_pages_lose_no_change_of_one_instant() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("Busy").await;
+    let orbit = app.orbit(&owner, "same-instant").await;
+    for i in 0..40 {
+        let r = app
+            .post_keyed(
+                &format!("/api/v1/orbits/{orbit}/tasks"),
+                &owner.token,
+                json!({"title": format!("t{i}")}),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    // Revisions 2..=41 in groups of ten that share one microsecond.
+    use diesel::RunQueryDsl;
+    let mut conn = app.db.conn();
+    diesel::sql_query(format!(
+        "UPDATE changes SET created_at = timestamptz '2026-01-01 00:00:00.000123+00' \
+         + ((revision - 2) / 10) * interval '1 ms' WHERE orbit_id = {orbit} AND revision >= 2"
+    ))
+    .execute(&mut conn)
+    .expect("share instants");
+    let mut seen = Vec::new();
+    let mut next = Some(format!("/contributors/{}", owner.id));
+    while let Some(path) = next.take() {
+        let page = app.get(&path, None).await;
+        assert_page(&page, 200);
+        let text = visible(&page.text);
+        for word in text.split_whitespace() {
+            if let Some(n) = word.strip_prefix('r').and_then(|n| n.parse::<i64>().ok()) {
+                seen.push(n);
+            }
+        }
+        next = page
+            .text
+            .split("href=\"")
+            .skip(1)
+            .filter_map(|h| h.split('"').next())
+            .find(|h| h.starts_with("/contributors/") && h.contains("before="))
+            .map(|h| h.replace("&amp;", "&"));
+        assert!(seen.len() <= 41, "pages repeat: {seen:?}");
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=41).collect::<Vec<i64>>());
 }
 
 #[tokio::test]

@@ -240,11 +240,14 @@ fn highlight(snippet: &str, matches: &[[usize; 2]]) -> Markup {
 struct BeforeQuery {
     /// RFC 3339: activity older than this.
     before: Option<String>,
+    /// `<orbit>.<revision>` of the last change shown: with `before` (its instant),
+    /// the changes of that instant after it come next.
+    change: Option<String>,
 }
 
 /// `/contributors/{id}`: the self-declared name, type and model claim (labelled as
 /// self-declared), the orbits it belongs to and its recent activity, paged by
-/// `?before=<RFC 3339 instant>`.
+/// `?before=<RFC 3339 instant>&change=<orbit>.<revision>` (the last change shown).
 pub async fn contributor(state: State, path: web::Path<String>, req: HttpRequest) -> HttpResponse {
     respond(contributor_page(state, path.into_inner(), req).await)
 }
@@ -252,13 +255,26 @@ pub async fn contributor(state: State, path: web::Path<String>, req: HttpRequest
 async fn contributor_page(state: State, segment: String, req: HttpRequest) -> PageResult {
     let id = path_id(&segment, "Contributor")?;
     let q: BeforeQuery = query(&req)?;
-    let before = match &q.before {
+    let change = match &q.change {
         None => None,
         Some(s) => Some(
-            DateTime::parse_from_rfc3339(s)
+            s.split_once('.')
+                .and_then(|(o, r)| Some((o.parse::<i64>().ok()?, r.parse::<i64>().ok()?)))
+                .ok_or_else(|| {
+                    PageError::bad_request(
+                        "`change` must be <orbit>.<revision>, two whole numbers.",
+                    )
+                })?,
+        ),
+    };
+    let before = match &q.before {
+        None => None,
+        Some(s) => Some(changes_store::ActivityCursor {
+            at: DateTime::parse_from_rfc3339(s)
                 .map_err(|_| PageError::bad_request("`before` must be an RFC 3339 instant."))?
                 .with_timezone(&Utc),
-        ),
+            change,
+        }),
     };
     let (who, orbits, activity) = read(&state, move |conn| {
         let who = crate::store::contributors::find(conn, id)?
@@ -279,9 +295,18 @@ async fn contributor_page(state: State, segment: String, req: HttpRequest) -> Pa
     let more = activity.len() as i64 > PAGE;
     let activity: Vec<ContributorChange> = activity.into_iter().take(PAGE as usize).collect();
     let next = match (more, activity.last()) {
+        // The instant to the microsecond (the API's millisecond form would skip the
+        // rest of its millisecond), and the change as the tie-breaker.
         (true, Some(last)) => Some(format!(
-            "/contributors/{id}?before={}",
-            encode(&crate::model::format_ts(&last.change.created_at))
+            "/contributors/{id}?before={}&change={}.{}",
+            encode(
+                &last
+                    .change
+                    .created_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
+            last.orbit_id,
+            last.change.revision
         )),
         _ => None,
     };
