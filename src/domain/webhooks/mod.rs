@@ -285,6 +285,17 @@ pub async fn create(
 ) -> ApiResult<Written> {
     let allow_private = core.config.webhook_allow_private;
     let watched = core.webhook_orbits.clone();
+    // The host lookup below may hold a blocking thread for seconds: only for a
+    // caller whose token this instance verified, or verifies now (401 first, as the
+    // contract's precedence has it). A probe's anonymous creations each made one.
+    if bearer.cached(&core.tokens).is_none() {
+        let (checked, tokens) = (bearer.clone(), core.tokens.clone());
+        db::read(&core.pool, move |conn| {
+            checked.require(conn, &tokens)?;
+            Ok(())
+        })
+        .await?;
+    }
     // A body that passed its checks has a parsed URL: its check has a result, so
     // an unchecked URL can never be written.
     let safety = match body.as_ref().ok().map(|b| parse_url(&b.url)) {
