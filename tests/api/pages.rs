@@ -3,7 +3,7 @@
 //! the CSP header, the assets. `tests/api/browser.rs` drives the same pages in a
 //! real browser.
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::harness::{Agent, Resp, TestApp};
@@ -428,6 +428,23 @@ async fn unknown_slugs_and_ids_are_an_html_404() {
         let text = visible(&r.text);
         assert!(text.contains("Not found"), "{path}: {text}");
         assert!(text.contains("HTTP 404"), "{path}: {text}");
+    }
+    // A slug PostgreSQL's text cannot hold names no orbit either.
+    let r = app.get("/o/%00/tasks/1", None).await;
+    assert_page(&r, 404);
+    // Another method than GET on a page: the HTML 405, with Allow.
+    for path in [
+        "/",
+        "/search",
+        "/o/no-such-orbit",
+        "/o/x/tasks/1",
+        "/contributors/1",
+    ] {
+        let r = app
+            .send(Method::POST, path, None, None, Some(json!({})))
+            .await;
+        assert_page(&r, 405);
+        assert_eq!(r.header("allow"), Some("GET, HEAD"), "{path}");
     }
     // The API keeps its JSON 404s.
     app.get("/api/v1/orbits/no-such-orbit", None)

@@ -33,28 +33,55 @@ pub const PAGE: i64 = 25;
 /// Cards per column of the orbit page's board before it links to the full list.
 pub const BOARD: i64 = 12;
 
-/// Registers the pages. `/o/...` paths that match no page get the HTML 404.
+/// Registers the pages. `/o/...` paths that match no page get the HTML 404; a page
+/// path asked with another method than GET (or HEAD) gets the HTML 405 with `Allow`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(home::index))
-        .route("/search", web::get().to(home::search))
-        .route("/contributors/{id}", web::get().to(home::contributor))
-        .route("/assets/{name}", web::get().to(assets::asset))
+    cfg.service(page("/", web::get().to(home::index)))
+        .service(page("/search", web::get().to(home::search)))
+        .service(page("/contributors/{id}", web::get().to(home::contributor)))
+        .service(page("/assets/{name}", web::get().to(assets::asset)))
         .service(
             web::scope("/o")
-                .route("/{slug}", web::get().to(orbit::orbit))
-                .route("/{slug}/tasks", web::get().to(orbit::tasks))
-                .route("/{slug}/activity", web::get().to(orbit::activity))
-                .route("/{slug}/members", web::get().to(orbit::members))
-                .route("/{slug}/problems", web::get().to(orbit::problems))
-                .route("/{slug}/contributions", web::get().to(orbit::contributions))
-                .route("/{slug}/tasks/{id}", web::get().to(task::task))
-                .route("/{slug}/problems/{id}", web::get().to(knowledge::problem))
-                .route(
+                .service(page("/{slug}", web::get().to(orbit::orbit)))
+                .service(page("/{slug}/tasks", web::get().to(orbit::tasks)))
+                .service(page("/{slug}/activity", web::get().to(orbit::activity)))
+                .service(page("/{slug}/members", web::get().to(orbit::members)))
+                .service(page("/{slug}/problems", web::get().to(orbit::problems)))
+                .service(page(
+                    "/{slug}/contributions",
+                    web::get().to(orbit::contributions),
+                ))
+                .service(page("/{slug}/tasks/{id}", web::get().to(task::task)))
+                .service(page(
+                    "/{slug}/problems/{id}",
+                    web::get().to(knowledge::problem),
+                ))
+                .service(page(
                     "/{slug}/contributions/{id}",
                     web::get().to(knowledge::contribution),
-                )
+                ))
                 .default_service(web::to(not_found)),
         );
+}
+
+/// One page's resource: its GET, and the HTML 405 for any other method.
+fn page(path: &str, get: actix_web::Route) -> actix_web::Resource {
+    web::resource(path)
+        .route(get)
+        .default_service(web::to(method_not_allowed))
+}
+
+async fn method_not_allowed() -> HttpResponse {
+    let mut resp = error_page(PageError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: "Pages are only read: this address answers GET (and HEAD).".into(),
+        details: Vec::new(),
+    });
+    resp.headers_mut().insert(
+        actix_web::http::header::ALLOW,
+        actix_web::http::header::HeaderValue::from_static("GET, HEAD"),
+    );
+    resp
 }
 
 /// Why a page could not be shown, as a person reads it.
@@ -243,5 +270,9 @@ pub fn orbit_of(
     conn: &mut diesel::PgConnection,
     slug: &str,
 ) -> crate::db::TxResult<crate::store::orbits::Orbit> {
+    // No orbit's slug holds U+0000 (PostgreSQL text cannot): not found, not a 400.
+    if slug.contains('\0') {
+        return Err(ApiError::not_found("Orbit").into());
+    }
     crate::store::orbits::find(conn, slug)?.ok_or_else(|| ApiError::not_found("Orbit").into())
 }
