@@ -334,7 +334,7 @@ impl From<diesel::result::Error> for ApiError {
             }
             // PostgreSQL `text` cannot hold U+0000: a NUL in any string the client sent
             // (body, path or query) that reached a statement is invalid input, not a
-            // server error. Field-level checks (api::verbatim::text) say which field.
+            // server error. Field-level checks (model::verbatim::text) say which field.
             Error::DatabaseError(_, info)
                 if info
                     .message()

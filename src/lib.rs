@@ -257,7 +257,7 @@ fn spawn_background(state: &AppState) {
             match result {
                 Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),
                 Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "idempotency purge skipped"),
+                Err(e) => tracing::warn!(error = %e, "idempotency purge skipped; next in a minute"),
             }
         }
     });

@@ -315,11 +315,6 @@ impl Cluster {
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl_start()
     }
-
-    /// Leaves the server running after this handle is dropped.
-    pub fn detach(&mut self) {
-        self.started_here = false;
-    }
 }
 
 impl Drop for Cluster {

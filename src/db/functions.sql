@@ -429,7 +429,7 @@ DROP FUNCTION IF EXISTS quick_checkpoint_effect(bigint, bigint, bigint, text, te
     text, text, text, int);
 DROP FUNCTION IF EXISTS quick_release_effect(bigint, bigint, bigint, text, text, text, int);
 
--- POST /api/v1/tasks/{task}/leases (`api::leases::acquire`): a member acquires an
+-- POST /api/v1/tasks/{task}/leases (`api::leases::acquire_lease`): a member acquires an
 -- OPEN task with no open lease and no pending handoff.
 CREATE OR REPLACE FUNCTION quick_acquire_effect(
     p_token bigint, p_task bigint, p_seconds bigint,
@@ -461,7 +461,7 @@ BEGIN
                          p_body, p_outcome);
 END $$;
 
--- POST /api/v1/tasks/{task}/checkpoints (`api::checkpoints::create`) without
+-- POST /api/v1/tasks/{task}/checkpoints (`api::checkpoints::create_checkpoint`) without
 -- artifacts: the caller's active lease is the task's current one and no handoff is
 -- pending. `p_state` is the canonical form of the state, `p_hash` its SHA-256.
 CREATE OR REPLACE FUNCTION quick_checkpoint_effect(
@@ -495,7 +495,7 @@ BEGIN
                          to_jsonb(v_checkpoint), p_body, p_outcome);
 END $$;
 
--- POST /api/v1/leases/{lease}/release (`api::leases::release`): the caller releases
+-- POST /api/v1/leases/{lease}/release (`api::leases::release_lease`): the caller releases
 -- the task's current, active lease, which is theirs and the one the path names.
 CREATE OR REPLACE FUNCTION quick_release_effect(
     p_token bigint, p_lease bigint, p_lease_version bigint,

@@ -213,7 +213,7 @@ fn start_reader(core: Core, orbit: i64, entry: std::sync::Arc<OrbitWaiters<Chang
                         })));
                 }
                 // The waiters answer from their last read at their deadline.
-                Err(e) => tracing::debug!(error = %e, orbit, "shared feed read failed"),
+                Err(e) => tracing::warn!(error = %e, orbit, "shared feed read failed"),
             }
         }
     });

@@ -3,8 +3,10 @@
 //! `Protect` runs before routing to handlers, so a refused request never touches
 //! the database: 413 when `Content-Length` passes 256 KiB (bodies sent without a
 //! length are cut at the same limit by the JSON extractor), then 429 from the
-//! per-token or per-address limiter. Every response carries `RateLimit-Policy` and
-//! `RateLimit` (IETF httpapi draft form). Limits are in memory and per instance.
+//! per-token or per-address limiter. Every limited response carries
+//! `RateLimit-Policy` and `RateLimit` (IETF httpapi draft form); the exempt probes
+//! (`/healthz`, `/readyz`, `/metrics`) and the 413 do not. Limits are in memory and
+//! per instance.
 
 use std::future::{ready, Ready};
 use std::rc::Rc;

@@ -232,12 +232,12 @@ pub fn claim(
     conn: &mut PgConnection,
     instance: &str,
     limit: i32,
-    lease_ms: i64,
+    claim_ms: i64,
 ) -> QueryResult<Vec<Claimed>> {
     crate::db::sql("SELECT * FROM webhook_claim($1, $2, $3)")
         .bind::<Text, _>(instance)
         .bind::<Integer, _>(limit)
-        .bind::<BigInt, _>(lease_ms)
+        .bind::<BigInt, _>(claim_ms)
         .load(conn)
 }
 
@@ -263,7 +263,7 @@ pub struct Attempt<'a> {
 pub struct Policy {
     pub retry_base_ms: i64,
     pub max_attempts: i32,
-    pub lease_ms: i64,
+    pub claim_ms: i64,
 }
 
 /// What the record of an attempt decided: `DELIVERED`, `RETRY`, `DISABLED` or `LOST`.
@@ -291,14 +291,14 @@ pub fn record(
     .bind::<Integer, _>(attempt.duration_ms)
     .bind::<BigInt, _>(policy.retry_base_ms)
     .bind::<Integer, _>(policy.max_attempts)
-    .bind::<BigInt, _>(policy.lease_ms)
+    .bind::<BigInt, _>(policy.claim_ms)
     .get_result(conn)?;
     Ok(out.outcome)
 }
 
 /// Gives the claim back; `Some(true)` when a change arrived meanwhile, `None` when
 /// the claim was no longer this one's.
-/// Extends the claim `(instance, seq)` by `lease_ms` from now (`webhook_renew`):
+/// Extends the claim `(instance, seq)` by `claim_ms` from now (`webhook_renew`):
 /// false when it is no longer this instance's (taken by another claim, or the
 /// subscription disabled or deleted).
 pub fn renew(
@@ -306,7 +306,7 @@ pub fn renew(
     id: i64,
     instance: &str,
     seq: i64,
-    lease_ms: i64,
+    claim_ms: i64,
 ) -> QueryResult<bool> {
     #[derive(QueryableByName)]
     struct Renewed {
@@ -317,7 +317,7 @@ pub fn renew(
         .bind::<BigInt, _>(id)
         .bind::<Text, _>(instance)
         .bind::<BigInt, _>(seq)
-        .bind::<BigInt, _>(lease_ms)
+        .bind::<BigInt, _>(claim_ms)
         .get_result(conn)?;
     Ok(row.renewed)
 }

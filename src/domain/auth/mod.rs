@@ -208,7 +208,8 @@ impl TokenCache {
 }
 
 /// The bearer token a request presented, format-checked but not yet verified.
-/// Verification happens inside the request's unit of work (`Bearer::resolve`).
+/// Verification happens inside the request's unit of work (`Bearer::require`,
+/// `Bearer::optional`, `Bearer::require_read`).
 #[derive(Clone)]
 pub struct Bearer(Option<String>);
 

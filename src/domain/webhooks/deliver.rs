@@ -1,5 +1,5 @@
 //! The delivery engine: one per instance, on a thread of its own, beside the
-//! request path. It claims subscriptions that have a change to deliver (a lease
+//! request path. It claims subscriptions that have a change to deliver (a claim
 //! with an expiry on the subscription's row, `webhook_claim`), sends their changes
 //! one at a time in revision order, and records each attempt (`webhook_record`),
 //! which moves `delivered_through`, schedules the retry with its backoff, or
@@ -154,12 +154,15 @@ struct Ctx {
     wake: tokio::sync::Notify,
     running: AtomicUsize,
     settings: Settings,
+    /// Whether the last claim pass failed: a run of failures is logged at `warn`
+    /// once, at its start, and its end at `info`.
+    failing: AtomicBool,
 }
 
 #[derive(Clone, Copy)]
 struct Settings {
     timeout: Duration,
-    lease_ms: i64,
+    claim_ms: i64,
     retry_base_ms: i64,
     max_attempts: i32,
     allow_private: bool,
@@ -176,7 +179,7 @@ impl Engine {
             // One attempt (the host's lookup, at most `safety::LOOKUP_TIMEOUT`;
             // connect, send, answer) and its record fit in a claim; every recorded
             // delivery renews it.
-            lease_ms: (c.webhook_timeout_ms + 5000) as i64,
+            claim_ms: (c.webhook_timeout_ms + 5000) as i64,
             retry_base_ms: c.webhook_retry_base_ms as i64,
             max_attempts: c.webhook_max_attempts as i32,
             allow_private: c.webhook_allow_private,
@@ -194,6 +197,7 @@ impl Engine {
             wake: tokio::sync::Notify::new(),
             running: AtomicUsize::new(0),
             settings,
+            failing: AtomicBool::new(false),
         });
         let run = ctx.clone();
         let thread = std::thread::Builder::new()
@@ -305,7 +309,7 @@ async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
         return;
     }
     let mark = ctx.core.webhook_orbits.mark();
-    let (instance, lease) = (ctx.instance.clone(), ctx.settings.lease_ms);
+    let (instance, claim_ms) = (ctx.instance.clone(), ctx.settings.claim_ms);
     ctx.core
         .metrics
         .webhook_claim_passes
@@ -314,7 +318,7 @@ async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
     let asked = Instant::now();
     let pass = blocking(&ctx.core.pool, move |c| {
         let claimed = if free > 0 {
-            store::claim(c, &instance, free as i32, lease)?
+            store::claim(c, &instance, free as i32, claim_ms)?
         } else {
             Vec::new()
         };
@@ -328,6 +332,9 @@ async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
     .await;
     match pass {
         Ok((claimed, watched)) => {
+            if ctx.failing.swap(false, Ordering::Relaxed) {
+                tracing::info!("webhook claim passes work again");
+            }
             if let Some(read) = watched {
                 ctx.core.webhook_orbits.replace(read, mark);
             }
@@ -336,7 +343,13 @@ async fn claim_pass(ctx: &Arc<Ctx>, http: &reqwest::Client, sweep: bool) {
                 tokio::spawn(run_claim(ctx.clone(), http.clone(), c, asked));
             }
         }
-        Err(e) => tracing::debug!(error = %e, "webhook claim pass failed; retrying"),
+        Err(e) => {
+            if !ctx.failing.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %e, "webhook claim pass failed; retrying every sweep");
+            } else {
+                tracing::debug!(error = %e, "webhook claim pass failed; retrying");
+            }
+        }
     }
 }
 
@@ -352,16 +365,16 @@ impl Drop for Running {
 
 /// Delivers one claimed subscription until it has nothing more to send, an attempt
 /// failed (the retry is scheduled), it was disabled, or the claim was lost. `asked`:
-/// when the claim's statement was sent (its lease runs from a moment after).
+/// when the claim's statement was sent (the claim runs from a moment after).
 async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: Instant) {
     let _running = Running(ctx.clone());
     let s = ctx.settings;
-    let lease = Duration::from_millis(s.lease_ms as u64);
+    let claim_for = Duration::from_millis(s.claim_ms as u64);
     // Until when the claim is surely this instance's: renewed by every DELIVERED
     // record, and before an attempt that might not end inside it (page reads and
     // records can wait seconds for a connection): an attempt sent past it could
     // reach the receiver after the next change, sent by whoever claimed meanwhile.
-    let mut ours_until = asked + lease;
+    let mut ours_until = asked + claim_for;
     let mut hub = ctx.core.hub.subscribe();
     let mut lingered = false;
     loop {
@@ -380,7 +393,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
             Ok((rows, _)) => rows,
             Err(e) => {
                 // The claim runs out and the subscription is taken up again.
-                tracing::debug!(webhook = c.out_id, error = %e, "webhook changes unreadable");
+                tracing::warn!(webhook = c.out_id, error = %e, "webhook changes unreadable");
                 return;
             }
         };
@@ -415,7 +428,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
                 // (The attempt's record, next, renews the claim again.)
                 let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
                 let renewed = blocking(&ctx.core.pool, move |conn| {
-                    store::renew(conn, id, &instance, seq, s.lease_ms)
+                    store::renew(conn, id, &instance, seq, s.claim_ms)
                 })
                 .await;
                 if !matches!(renewed, Ok(true)) {
@@ -428,7 +441,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
             let outcome = record(&ctx, &c, change.revision, Some(sent.ok), &sent).await;
             match outcome.as_deref() {
                 Some("DELIVERED") => {
-                    ours_until = asked + lease;
+                    ours_until = asked + claim_for;
                     c.out_through = change.revision;
                     skipped_to = None;
                 }
@@ -450,7 +463,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
             if record(&ctx, &c, revision, None, &none).await.as_deref() != Some("DELIVERED") {
                 return;
             }
-            ours_until = asked + lease;
+            ours_until = asked + claim_for;
             c.out_through = revision;
         }
     }
@@ -503,7 +516,7 @@ async fn record(
         let policy = Policy {
             retry_base_ms: s.retry_base_ms,
             max_attempts: s.max_attempts,
-            lease_ms: s.lease_ms,
+            claim_ms: s.claim_ms,
         };
         store::record(conn, (id, &instance, seq), &attempt, policy)
     })
@@ -512,7 +525,7 @@ async fn record(
         Ok(outcome) => Some(outcome),
         Err(e) => {
             // Not recorded: the change is sent again once the claim runs out.
-            tracing::debug!(webhook = c.out_id, error = %e, "webhook attempt not recorded");
+            tracing::warn!(webhook = c.out_id, error = %e, "webhook attempt not recorded");
             None
         }
     }
