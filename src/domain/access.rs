@@ -9,6 +9,10 @@ use crate::error::ApiError;
 use crate::model::Role;
 use crate::store::orbits::{find, find_with_role, role_of, Orbit};
 
+/// How a reference names an orbit by id (`store::orbits::id_of`), for the layers
+/// above the store.
+pub use crate::store::orbits::id_of as orbit_id_of;
+
 /// Like `find`, but 404 when absent.
 pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
     find(conn, reference)?.ok_or_else(|| ApiError::not_found("Orbit").into())

@@ -66,14 +66,14 @@ pub struct Probe {
 /// reads it), its revision and the database clock.
 pub fn probe(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Probe>> {
     use crate::db::BindNext;
-    match reference.parse::<i64>() {
-        Ok(id) => crate::db::sql(
+    match crate::store::orbits::id_of(reference) {
+        Some(id) => crate::db::sql(
             "SELECT id, revision, clock_timestamp() AS now FROM orbits WHERE id = $1",
         )
         .bind::<BigInt, _>(id)
         .get_result::<Probe>(conn)
         .optional(),
-        Err(_) => crate::db::sql(
+        None => crate::db::sql(
             "SELECT id, revision, clock_timestamp() AS now FROM orbits WHERE slug = $1",
         )
         .bind::<Text, _>(reference)

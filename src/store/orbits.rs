@@ -63,9 +63,22 @@ fn to_orbit((o, creator): OrbitTuple) -> Orbit {
     }
 }
 
-/// An orbit named in a path: a positive id or a slug.
+/// The id an orbit reference names, if it names one by id: the one reading of a
+/// reference (a path's `{orbit}`, a body's or a tool's `orbit`) for every layer. An
+/// id is written in plain digits with no sign and no leading zero (`5`, not `+5`,
+/// `05` or `-1`); anything else is a slug (which starts with a letter, so never
+/// looks like an id; one that is not a slug names no orbit).
+pub fn id_of(reference: &str) -> Option<i64> {
+    let b = reference.as_bytes();
+    if b.is_empty() || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    reference.parse().ok()
+}
+
+/// An orbit named in a path: a positive id or a slug ([`id_of`]).
 pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbit>> {
-    if let Ok(id) = reference.parse::<i64>() {
+    if let Some(id) = id_of(reference) {
         return find_by_id(conn, id);
     }
     orbits::table
@@ -96,11 +109,11 @@ pub fn find_with_role(
         .inner_join(contributors::table)
         .left_join(member)
         .select(columns);
-    let row = match reference.parse::<i64>() {
-        Ok(id) => query
+    let row = match id_of(reference) {
+        Some(id) => query
             .filter(orbits::id.eq(id))
             .first::<(OrbitRow, ActorTuple, Option<String>)>(conn),
-        Err(_) => query
+        None => query
             .filter(orbits::slug.eq(reference))
             .first::<(OrbitRow, ActorTuple, Option<String>)>(conn),
     };
@@ -359,4 +372,27 @@ pub fn memberships_of(
         .limit(page.fetch())
         .select((orbits::id, orbits::slug, orbits::name, memberships::role))
         .load(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_of;
+
+    #[test]
+    fn an_id_is_plain_digits_and_anything_else_a_slug() {
+        assert_eq!(id_of("5"), Some(5));
+        assert_eq!(id_of("9223372036854775807"), Some(i64::MAX));
+        for other in [
+            "+5",
+            "-1",
+            "05",
+            "0",
+            "",
+            "5a",
+            "demo",
+            "9223372036854775808",
+        ] {
+            assert_eq!(id_of(other), None, "{other:?}");
+        }
+    }
 }

@@ -104,6 +104,15 @@ async fn an_orbit_reads_the_same_by_id_and_by_slug() {
     app.get(&format!("/api/v1/orbits/{}", id + 100), None)
         .await
         .assert_error(404, "not_found");
+    // One spelling of an id: a sign or a leading zero names no orbit.
+    for other in [format!("%2B{id}"), format!("0{id}")] {
+        app.get(&format!("/api/v1/orbits/{other}"), None)
+            .await
+            .assert_error(404, "not_found");
+        app.get(&format!("/api/v1/orbits/{other}/tasks"), None)
+            .await
+            .assert_error(404, "not_found");
+    }
 }
 
 #[tokio::test]

@@ -62,9 +62,7 @@ pub async fn create_contribution(
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
     // An orbit named by its slug, or references to check, take the ordinary path.
-    let quick = reference
-        .parse::<i64>()
-        .ok()
+    let quick = crate::domain::access::orbit_id_of(&reference)
         .zip(body.check().ok())
         .and_then(|(orbit_id, value)| contributions::quick_create(orbit_id, value));
     write(
