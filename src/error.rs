@@ -511,6 +511,28 @@ pub fn recover_for(status: u16, code: &str) -> &'static str {
     }
 }
 
+/// Every `.rs` file under `src/`, for the unit tests that hold a list to the code
+/// (the error codes here, the change kinds in `domain::revision`).
+#[cfg(test)]
+pub(crate) fn source_files() -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    files
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,21 +541,7 @@ mod tests {
     /// that agrees, and every reaction is one of REACTIONS.
     #[test]
     fn every_code_in_the_source_is_in_the_table() {
-        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            for entry in std::fs::read_dir(dir).expect("read src") {
-                let path = entry.expect("entry").path();
-                if path.is_dir() {
-                    walk(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(path);
-                }
-            }
-        }
-        let mut files = Vec::new();
-        walk(
-            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut files,
-        );
+        let files = super::source_files();
         let constructors = [
             ("ApiError::conflict(", Some(409)),
             ("ApiError::forbidden(", Some(403)),

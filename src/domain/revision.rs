@@ -22,6 +22,35 @@ pub const NOTIFY_CHANNEL: &str = "orbit_changes";
 /// and in the body the client gets (`db::Applied`).
 pub const PENDING: i64 = -9_223_372_036_854_775_807;
 
+/// Every kind of change (contract section 4): the one list. A write names its
+/// change with one of them; webhook `kinds` patterns are checked against it; the
+/// live page script (`pages/assets/live.js`) and agents.md repeat it, and a test
+/// holds both and every kind written in `src/` to it.
+pub const KINDS: &[&str] = &[
+    "orbit.created",
+    "member.added",
+    "member.updated",
+    "member.removed",
+    "problem.created",
+    "problem.updated",
+    "contribution.created",
+    "contribution.revised",
+    "assessment.created",
+    "artifact.created",
+    "memory.created",
+    "task.created",
+    "task.completed",
+    "task.cancelled",
+    "lease.acquired",
+    "lease.renewed",
+    "lease.released",
+    "checkpoint.created",
+    "handoff.offered",
+    "handoff.accepted",
+    "handoff.declined",
+    "handoff.withdrawn",
+];
+
 /// What a write did, for the change feed.
 pub struct Change<'a> {
     pub kind: &'a str,
@@ -172,6 +201,85 @@ mod tests {
     fn apply_change_fills_the_same_placeholder() {
         assert!(APPLY_CHANGE_SQL.contains(&format!("'{PENDING_FIELD}'")));
         assert_eq!(PENDING_FIELD, format!("\"orbit_revision\":{PENDING}"));
+    }
+
+    /// The kinds as `live.js` and agents.md list them, and every kind a write in
+    /// `src/` names (a whole string literal `"<entity>.<verb>"`), are [`KINDS`]: a
+    /// kind missing from `live.js` would silently never refresh a page.
+    #[test]
+    fn every_copy_of_the_change_kinds_is_the_one_list() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).expect(p);
+        let quoted = |text: &str| -> Vec<String> {
+            text.split('"')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        let live = read("src/http/pages/assets/live.js");
+        let array = live
+            .split("var KINDS = [")
+            .nth(1)
+            .and_then(|r| r.split("];").next())
+            .expect("live.js's KINDS");
+        assert_eq!(quoted(array), KINDS, "live.js");
+        let guide = read("agents.md");
+        let kinds = guide
+            .split("\nKinds: ")
+            .nth(1)
+            .and_then(|r| r.split(". ").next())
+            .expect("agents.md's Kinds:");
+        let listed: Vec<String> = kinds
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(listed, KINDS, "agents.md");
+
+        const ENTITIES: &[&str] = &[
+            "orbit",
+            "member",
+            "problem",
+            "contribution",
+            "assessment",
+            "artifact",
+            "memory",
+            "task",
+            "lease",
+            "checkpoint",
+            "handoff",
+        ];
+        let files = crate::error::source_files();
+        let mut written = std::collections::BTreeSet::new();
+        for file in files
+            .iter()
+            .filter(|f| !f.ends_with("src/domain/revision.rs"))
+        {
+            let text = std::fs::read_to_string(file).expect("read");
+            // Unit tests name kinds that are not, on purpose.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for entity in ENTITIES {
+                let opening = format!("\"{entity}.");
+                for (at, _) in code.match_indices(&opening) {
+                    let rest = &code[at + opening.len()..];
+                    let verb: String = rest.chars().take_while(char::is_ascii_lowercase).collect();
+                    if verb.is_empty() || !rest[verb.len()..].starts_with('"') {
+                        continue;
+                    }
+                    let literal = format!("{entity}.{verb}");
+                    assert!(
+                        KINDS.contains(&literal.as_str()),
+                        "{}: {literal} is no kind of revision::KINDS",
+                        file.display()
+                    );
+                    written.insert(literal);
+                }
+            }
+        }
+        let never: Vec<&&str> = KINDS.iter().filter(|k| !written.contains(**k)).collect();
+        assert!(never.is_empty(), "kinds no write names: {never:?}");
     }
 
     #[test]

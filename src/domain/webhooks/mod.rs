@@ -20,6 +20,8 @@ use utoipa::ToSchema;
 use crate::db::{self, TxError};
 use crate::domain::auth::Bearer;
 use crate::domain::idempotency::{IdemHeader, Operation};
+// The change kinds a `kinds` pattern may name: every kind of the change feed.
+use crate::domain::revision::KINDS;
 use crate::domain::write::{Reply, Written};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
@@ -28,32 +30,6 @@ use crate::store::webhooks::{self as store, DeliveryRow, WebhookRow};
 
 /// At most this many subscriptions per contributor.
 pub const LIMIT_PER_CONTRIBUTOR: i64 = 10;
-
-/// The change kinds of contract section 4, which `kinds` patterns must name.
-pub const KINDS: &[&str] = &[
-    "orbit.created",
-    "member.added",
-    "member.updated",
-    "member.removed",
-    "problem.created",
-    "problem.updated",
-    "contribution.created",
-    "contribution.revised",
-    "assessment.created",
-    "artifact.created",
-    "memory.created",
-    "task.created",
-    "task.completed",
-    "task.cancelled",
-    "lease.acquired",
-    "lease.renewed",
-    "lease.released",
-    "checkpoint.created",
-    "handoff.offered",
-    "handoff.accepted",
-    "handoff.declined",
-    "handoff.withdrawn",
-];
 
 // `expecting` is the whole field error of any other value, in the words search and
 // the MCP tools use (serde's own: "data did not match any variant of untagged enum
