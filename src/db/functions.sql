@@ -4,7 +4,8 @@
 -- that restates the function (and a down.sql that restates the old one). A
 -- migration still creates what holds data (tables, indexes, types such as
 -- `quick_effect`), and so does a function that a stored column or an index is
--- built from (`orbit_search_tags`, migration 8: the column needs it to exist, and
+-- built from (`orbit_search_tags`, migration 8, and `orbit_search_text`, migration
+-- 27: the column needs it to exist, and
 -- replacing it would not recompute the rows); a function whose arguments or result
 -- type change needs a `DROP FUNCTION IF EXISTS` of the old signature just above
 -- its new definition.
@@ -759,12 +760,14 @@ END $$;
 -- (`websearch_to_tsquery`), or, where PostgreSQL's parser of that syntax fails (more
 -- than 32 operators in a row, `- - - ...`: "tsquery stack too small", an internal
 -- error), its plain words (`plainto_tsquery`). No query syntax is ever an error.
+-- The query is read as the searched text is (`orbit_search_text`, migration 27:
+-- `<` is a separator, never the start of a tag whose words are dropped).
 CREATE OR REPLACE FUNCTION search_tsquery(p_q text) RETURNS tsquery
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN websearch_to_tsquery('orbit_search', p_q);
+    RETURN websearch_to_tsquery('orbit_search', orbit_search_text(p_q));
 EXCEPTION WHEN internal_error THEN
-    RETURN plainto_tsquery('orbit_search', p_q);
+    RETURN plainto_tsquery('orbit_search', orbit_search_text(p_q));
 END $$;
 
 -- Webhook delivery (contract section 15, `domain::webhooks::deliver`,

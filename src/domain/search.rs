@@ -20,7 +20,7 @@ use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::ts;
 use crate::store::orbits as orbit_store;
-use crate::store::search::{self as store, After, HitRow, Kind, START, STOP};
+use crate::store::search::{self as store, After, HitRow, Kind, LT, START, STOP};
 
 /// The most characters `q` may have.
 pub const MAX_Q_CHARS: usize = 256;
@@ -365,8 +365,8 @@ fn snippet(body: &str, head: &str) -> (String, Vec<[usize; 2]>) {
 }
 
 /// Removes the markers, recording where each marked word starts and ends (in
-/// code points of the text without markers); leading and trailing whitespace is
-/// cut off.
+/// code points of the text without markers), and gives each `<` back (`LT`);
+/// leading and trailing whitespace is cut off.
 pub fn unmark(marked: &str) -> (String, Vec<[usize; 2]>) {
     let mut text = String::with_capacity(marked.len());
     let mut matches = Vec::new();
@@ -381,6 +381,10 @@ pub fn unmark(marked: &str) -> (String, Vec<[usize; 2]>) {
                         matches.push([start, n]);
                     }
                 }
+            }
+            LT => {
+                text.push('<');
+                n += 1;
             }
             _ => {
                 text.push(ch);

@@ -37,6 +37,11 @@ pub const PHRASE_CANDIDATES: i64 = 500;
 /// U+FFFD), so every marker in the output is ours.
 pub const START: char = '\u{E000}';
 pub const STOP: char = '\u{E001}';
+/// What `orbit_search_text` (migration 27) makes of a `<` in the searched text, so
+/// that PostgreSQL's parser does not drop `<...>` as a tag: a headline holds it
+/// where the text held `<` (an original U+E002 became U+FFFD), and a snippet turns
+/// it back.
+pub const LT: char = '\u{E002}';
 
 /// A searched kind. The order of the variants is the order of ties (by name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -537,8 +542,11 @@ pub fn hits(
     tsquery: &str,
     ids: &[(Kind, i64)],
 ) -> QueryResult<Vec<HitRow>> {
-    // Text whose own markers could be taken for ours has them replaced first.
-    let clean = |col: &str| format!("translate({col}, E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')");
+    // Text whose own markers could be taken for ours has them replaced first; `<`
+    // is read as the search column reads it (`LT`).
+    let clean = |col: &str| {
+        format!("translate(orbit_search_text({col}), E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')")
+    };
     let hl =
         |col: &str, opts: &str| format!("ts_headline('{CONFIG}', {}, q.q, {opts})", clean(col));
     let mut branches = Vec::new();

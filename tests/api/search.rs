@@ -477,6 +477,40 @@ async fn snippet_offsets_point_at_the_matched_words() {
     assert!(found.iter().all(|h| h["matches"] == json!([])), "{found:?}");
 }
 
+/// Text between `<` and `>` is searched and shown: PostgreSQL's parser read it as
+/// an HTML tag and dropped it, from the search and from the snippet.
+#[tokio::test]
+async fn text_between_angle_brackets_is_searched_and_shown() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "brackets", 0).await;
+    let body = "Handle the case where a<b and c>d, and return Result<Vec<u8>, io::Error> \
+                from numbat_read; include <stdio.h> and take a Vec<String>.";
+    let id = contribution(&app, &c.owner, c.orbit, "Parser notes", body).await;
+    let found = hits(&search(&app, &[("q", "numbat")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), id)]);
+    let snippet = found[0]["snippet"].as_str().unwrap();
+    assert!(
+        body.contains(snippet),
+        "cut from the body as stored: {snippet:?}"
+    );
+    for kept in ["Result<Vec<u8>, io::Error>", "<stdio.h>", "Vec<String>"] {
+        assert!(snippet.contains(kept), "{kept} in {snippet:?}");
+    }
+    for q in ["stdio.h", "Vec<String>", "u8"] {
+        let found = hits(&search(&app, &[("q", q)]).await);
+        assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), id)], "{q}");
+    }
+    // A text's own U+E002 (what `<` is searched as) is never shown as `<`.
+    let odd = contribution(&app, &c.owner, c.orbit, "Odd", "zebra \u{E002} quagga").await;
+    let found = hits(&search(&app, &[("q", "quagga")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), odd)]);
+    let snippet = found[0]["snippet"].as_str().unwrap();
+    assert!(
+        !snippet.contains('<') && !snippet.contains('\u{E002}'),
+        "{snippet:?}"
+    );
+}
+
 #[tokio::test]
 async fn hostile_queries_are_answered_never_5xx() {
     let app = TestApp::spawn().await;
