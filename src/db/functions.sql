@@ -36,11 +36,15 @@
 -- The one place a keyed write's response is stored, under the key `claim_key`
 -- claimed: by `apply_change` for a write with a change, and by `Gate::finish` for a
 -- keyed write without one (a webhook's creation...). A replay answers these bytes.
+-- Returns whether the key's row was there. (Not void: `apply_change` calls it in an
+-- assignment, which PL/pgSQL evaluates without starting an executor, where a
+-- PERFORM would start one for every keyed write.)
 CREATE OR REPLACE FUNCTION store_response(p_key bigint, p_status int2, p_body bytea)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE idempotency_keys SET response_status = p_status, response_body = p_body
     WHERE id = p_key;
+    RETURN FOUND;
 END $$;
 
 -- The one place a change is applied: the orbit's revision advances by one (its row
@@ -63,6 +67,7 @@ DECLARE
     v_reserved text := current_setting('orbit.reserved', true);
     v_next bigint;
     v_last bigint;
+    v_stored boolean;
 BEGIN
     IF v_reserved IS NOT NULL AND v_reserved <> ''
        AND split_part(v_reserved, ':', 1)::bigint = p_orbit THEN
@@ -86,7 +91,7 @@ BEGIN
     v_body := replace(convert_from(p_body, 'UTF8'),
         '"orbit_revision":-9223372036854775807', '"orbit_revision":' || v_revision);
     IF p_key IS NOT NULL THEN
-        PERFORM store_response(p_key, p_status, convert_to(v_body, 'UTF8'));
+        v_stored := store_response(p_key, p_status, convert_to(v_body, 'UTF8'));
     END IF;
     -- An assignment, not PERFORM: PL/pgSQL evaluates it without starting the executor.
     v_body := set_config('orbit.body', v_body, false);
