@@ -232,6 +232,11 @@ impl FieldErrors {
         self.0.is_empty()
     }
 
+    /// Whether `field` has a problem already.
+    pub fn has(&self, field: &str) -> bool {
+        self.0.contains_key(field)
+    }
+
     /// The problems by field.
     pub fn into_inner(self) -> BTreeMap<String, Vec<String>> {
         self.0

@@ -580,6 +580,63 @@ async fn the_new_tools_answer_like_their_rest_routes() {
 
 /// Over MCP, the key errors name the argument; the lease details reach the tool
 /// refusal with the reaction they imply.
+/// Over MCP too every invalid argument is listed at once: a bad or missing id or
+/// orbit beside the problems of the rest, before anything is read or written.
+#[tokio::test]
+async fn mcp_lists_every_invalid_argument_at_once() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-all-at-once", 0).await;
+    let client = connect(&app, &c.owner).await;
+    let fields = |s: &Value| -> BTreeSet<String> {
+        s["errors"]
+            .as_object()
+            .expect("errors")
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let r = call(&client, "create_task", json!({"idempotency_key": "k-1"})).await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert_eq!(
+        fields(&s),
+        BTreeSet::from(["orbit".into(), "title".into()]),
+        "{s}"
+    );
+    let r = call(
+        &client,
+        "get_revision",
+        json!({"contribution_id": 0, "revision": 0}),
+    )
+    .await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert_eq!(
+        fields(&s),
+        BTreeSet::from(["contribution_id".into(), "revision".into()]),
+        "{s}"
+    );
+    let r = call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": "x", "summary": 5, "idempotency_key": "k-2"}),
+    )
+    .await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    let got = fields(&s);
+    for f in ["task_id", "summary", "lease_version"] {
+        assert!(got.contains(f), "{f} in {s}");
+    }
+    let r = call(&client, "list_tasks", json!({"orbit": [], "limit": "many"})).await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert_eq!(
+        fields(&s),
+        BTreeSet::from(["orbit".into(), "limit".into()]),
+        "{s}"
+    );
+    // Nothing was written.
+    assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, 1);
+    client.cancel().await.ok();
+}
+
 #[tokio::test]
 async fn mcp_refusals_name_arguments_and_carry_the_details() {
     let app = TestApp::spawn().await;

@@ -26,43 +26,80 @@ use crate::domain::{
     artifacts, assessments, changes, checkpoints, contributions, contributors, handoffs, leases,
     members, memory, orbits, problems, search, tasks,
 };
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::{written, Reply, State};
 use crate::http::json::{Body, Validate};
 use crate::store::handoffs::HandoffStatus;
 
 /// A tool's arguments, taken apart the way a REST request is: path ids, the key,
-/// then the rest as the body (or the query).
-struct Args(Map<String, Value>);
+/// then the rest as the body (or the query). A bad id or orbit is noted (`.1`), not
+/// raised at once: the call that takes the rest (`query`, `none`, `body`, `write`)
+/// answers one 422 that lists it beside every problem of the rest (contract section
+/// 17: every invalid field at once), before anything is read.
+struct Args(Map<String, Value>, FieldErrors);
+
+/// `problems`, with the field problems of `e` (a 422 of the rest) beside them.
+fn all_problems(mut problems: FieldErrors, e: Option<ApiError>) -> ApiError {
+    if let Some(e) = e {
+        match e.body.errors {
+            Some(fields) => {
+                for (field, words) in fields {
+                    for w in words {
+                        problems.add(&field, w);
+                    }
+                }
+            }
+            // A refusal of the rest that is no field problem stands alone.
+            None => return e,
+        }
+    }
+    problems.into_error()
+}
 
 impl Args {
-    /// A required positive id (a JSON integer, or a string of digits).
-    fn id(&mut self, name: &str) -> ApiResult<i64> {
-        let v = self
-            .0
-            .remove(name)
-            .ok_or_else(|| ApiError::field(name, "is required"))?;
+    /// A required positive id (a JSON integer, or a string of digits); 0 when it is
+    /// missing or bad (noted).
+    fn id(&mut self, name: &str) -> i64 {
+        let Some(v) = self.0.remove(name) else {
+            self.1.add(name, "is required");
+            return 0;
+        };
         let n = match &v {
             Value::Number(n) => n.as_i64(),
             Value::String(s) => s.parse::<i64>().ok(),
             _ => None,
         };
-        n.filter(|n| *n >= 1)
-            .ok_or_else(|| ApiError::field(name, "must be a positive integer id"))
+        match n.filter(|n| *n >= 1) {
+            Some(n) => n,
+            None => {
+                self.1.add(name, "must be a positive integer id");
+                0
+            }
+        }
     }
 
-    /// The orbit, by id or slug.
-    fn orbit(&mut self) -> ApiResult<String> {
-        self.orbit_opt()?
-            .ok_or_else(|| ApiError::field("orbit", "is required"))
+    /// The orbit, by id or slug; empty when it is missing or bad (noted).
+    fn orbit(&mut self) -> String {
+        match self.orbit_opt() {
+            Some(o) => o,
+            None => {
+                if !self.1.has("orbit") {
+                    self.1.add("orbit", "is required");
+                }
+                String::new()
+            }
+        }
     }
 
-    fn orbit_opt(&mut self) -> ApiResult<Option<String>> {
+    fn orbit_opt(&mut self) -> Option<String> {
         match self.0.remove("orbit") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
-            Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= 1) => Ok(Some(n.to_string())),
-            Some(_) => Err(ApiError::field("orbit", "must be an orbit id or slug")),
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= 1) => Some(n.to_string()),
+            Some(_) => {
+                self.1.add("orbit", "must be an orbit id or slug");
+                None
+            }
         }
     }
 
@@ -80,14 +117,24 @@ impl Args {
         key
     }
 
-    /// The remaining arguments as a REST body: parsed and validated late, like one.
-    fn body<T: DeserializeOwned + Validate>(self) -> Body<T> {
-        Body::from_value(Value::Object(self.0))
+    /// The remaining arguments as a REST body: parsed and validated late, like one;
+    /// after a bad id, the 422 of both at once.
+    fn body<T: DeserializeOwned + Validate>(self) -> ApiResult<Body<T>> {
+        let body = Body::from_value(Value::Object(self.0));
+        if self.1.is_empty() {
+            return Ok(body);
+        }
+        Err(all_problems(self.1, body.into_parsed().err()))
     }
 
-    /// The remaining arguments as a query (unknown ones refused).
+    /// The remaining arguments as a query (unknown ones refused), with a bad id's
+    /// problems beside the query's own.
     fn query<T: DeserializeOwned>(self) -> ApiResult<T> {
-        crate::http::json::arguments(Value::Object(self.0))
+        let query = crate::http::json::arguments(Value::Object(self.0));
+        if self.1.is_empty() {
+            return query;
+        }
+        Err(all_problems(self.1, query.err()))
     }
 
     /// No arguments left (a read of one object by its path ids).
@@ -112,7 +159,7 @@ impl Args {
             + 'static,
     {
         let key = self.key(op);
-        done(written(op, state, bearer, key, self.body(), None, work).await?)
+        done(written(op, state, bearer, key, self.body()?, None, work).await?)
     }
 }
 
@@ -166,7 +213,9 @@ pub async fn call(
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    run(state, bearer, name, Args(arguments)).await.transpose()
+    run(state, bearer, name, Args(arguments, FieldErrors::default()))
+        .await
+        .transpose()
 }
 
 #[derive(serde::Deserialize)]
@@ -202,32 +251,32 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
                 .await
         }
         "get_orbit" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             a.none()?;
             data(&orbits::get(state, bearer, orbit).await?)
         }
         "join_orbit" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             a.write(state, bearer, &orbits::JOIN_ORBIT, move |c, who, g, b| {
                 orbits::join(c, who, g, &orbit, b)
             })
             .await
         }
         "list_members" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             raw(&members::list(state, a.query()?, bearer, orbit).await?)
         }
         "set_member" => {
-            let orbit = a.orbit()?;
-            let target = a.id("contributor_id")?;
+            let orbit = a.orbit();
+            let target = a.id("contributor_id");
             a.write(state, bearer, &members::PUT_MEMBER, move |c, who, g, b| {
                 members::put(c, who, g, &orbit, target, b)
             })
             .await
         }
         "remove_member" => {
-            let orbit = a.orbit()?;
-            let target = a.id("contributor_id")?;
+            let orbit = a.orbit();
+            let target = a.id("contributor_id");
             a.write(
                 state,
                 bearer,
@@ -237,42 +286,42 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "find_work" => {
-            let orbit = a.orbit_opt()?;
+            let orbit = a.orbit_opt();
             let LimitArg { limit } = a.query()?;
             data(&tasks::find_work(state, bearer, orbit, limit).await?)
         }
         "list_tasks" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             bytes(tasks::list(state, a.query()?, bearer, orbit).await?)
         }
         "get_task" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             a.none()?;
             data(&tasks::get(state, bearer, id).await?)
         }
         "create_task" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             a.write(state, bearer, &tasks::CREATE_TASK, move |c, who, g, b| {
                 tasks::create(c, who, g, &orbit, b)
             })
             .await
         }
         "complete_task" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             a.write(state, bearer, &tasks::COMPLETE_TASK, move |c, who, g, b| {
                 tasks::complete(c, who, g, id, b)
             })
             .await
         }
         "cancel_task" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             a.write(state, bearer, &tasks::CANCEL_TASK, move |c, who, g, b| {
                 tasks::cancel(c, who, g, id, b)
             })
             .await
         }
         "acquire_lease" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             a.write(
                 state,
                 bearer,
@@ -282,14 +331,14 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "renew_lease" => {
-            let id = a.id("lease_id")?;
+            let id = a.id("lease_id");
             a.write(state, bearer, &leases::RENEW_LEASE, move |c, who, g, b| {
                 leases::renew(c, who, g, min, id, b)
             })
             .await
         }
         "release_lease" => {
-            let id = a.id("lease_id")?;
+            let id = a.id("lease_id");
             a.write(
                 state,
                 bearer,
@@ -299,26 +348,26 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "get_lease" => {
-            let id = a.id("lease_id")?;
+            let id = a.id("lease_id");
             a.none()?;
             data(&leases::get(state, bearer, id).await?)
         }
         "list_leases" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             raw(&leases::list(state, a.query()?, bearer, id).await?)
         }
         "check_fence" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             // The fence check ignores keys.
             a.0.remove("idempotency_key");
-            let body = a.body::<leases::LeaseVersionBody>().into_parsed();
+            let body = a.body::<leases::LeaseVersionBody>()?.into_parsed();
             data(&leases::check_fence(state, bearer, id, body).await?)
         }
         "write_checkpoint" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             let op = &checkpoints::CREATE_CHECKPOINT;
             let key = a.key(op);
-            let body: Body<checkpoints::CreateCheckpoint> = a.body();
+            let body: Body<checkpoints::CreateCheckpoint> = a.body()?;
             let hashed = checkpoints::state_hash(body.check());
             done(
                 written(op, state, bearer, key, body, None, move |c, who, g, b| {
@@ -328,16 +377,16 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             )
         }
         "list_checkpoints" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             raw(&checkpoints::list(state, a.query()?, bearer, id).await?)
         }
         "get_checkpoint" => {
-            let id = a.id("checkpoint_id")?;
+            let id = a.id("checkpoint_id");
             a.none()?;
             data(&checkpoints::get(state, bearer, id).await?)
         }
         "offer_handoff" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             a.write(
                 state,
                 bearer,
@@ -347,7 +396,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "accept_handoff" => {
-            let id = a.id("handoff_id")?;
+            let id = a.id("handoff_id");
             a.write(
                 state,
                 bearer,
@@ -357,7 +406,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "decline_handoff" => {
-            let id = a.id("handoff_id")?;
+            let id = a.id("handoff_id");
             a.write(
                 state,
                 bearer,
@@ -367,7 +416,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "withdraw_handoff" => {
-            let id = a.id("handoff_id")?;
+            let id = a.id("handoff_id");
             a.write(
                 state,
                 bearer,
@@ -392,16 +441,16 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "list_handoffs" => raw(&handoffs::mailbox(state, a.query()?, bearer).await?),
         "get_handoff" => {
-            let id = a.id("handoff_id")?;
+            let id = a.id("handoff_id");
             a.none()?;
             data(&handoffs::get(state, bearer, id).await?)
         }
         "list_task_handoffs" => {
-            let id = a.id("task_id")?;
+            let id = a.id("task_id");
             raw(&handoffs::of_task(state, a.query()?, bearer, id).await?)
         }
         "create_problem" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             a.write(
                 state,
                 bearer,
@@ -411,16 +460,16 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "list_problems" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             raw(&problems::list(state, a.query()?, bearer, orbit).await?)
         }
         "get_problem" => {
-            let id = a.id("problem_id")?;
+            let id = a.id("problem_id");
             a.none()?;
             data(&problems::get(state, bearer, id).await?)
         }
         "set_problem_status" => {
-            let id = a.id("problem_id")?;
+            let id = a.id("problem_id");
             let op = &problems::SET_PROBLEM_STATUS;
             a.write(state, bearer, op, move |c, who, g, b| {
                 problems::set_status(c, who, g, id, b)
@@ -428,12 +477,12 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "problem_overview" => {
-            let id = a.id("problem_id")?;
+            let id = a.id("problem_id");
             a.none()?;
             data(&problems::get_overview(state, bearer, id).await?)
         }
         "create_contribution" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             let op = &contributions::CREATE_CONTRIBUTION;
             a.write(state, bearer, op, move |c, who, g, b| {
                 contributions::create(c, who, g, &orbit, b)
@@ -441,7 +490,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "revise_contribution" => {
-            let id = a.id("contribution_id")?;
+            let id = a.id("contribution_id");
             let op = &contributions::REVISE_CONTRIBUTION;
             a.write(state, bearer, op, move |c, who, g, b| {
                 contributions::revise(c, who, g, id, b)
@@ -449,27 +498,27 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "list_contributions" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             bytes(contributions::list(state, a.query()?, bearer, orbit).await?)
         }
         "get_contribution" => {
-            let id = a.id("contribution_id")?;
+            let id = a.id("contribution_id");
             a.none()?;
             data(&contributions::get(state, bearer, id).await?)
         }
         "list_revisions" => {
-            let id = a.id("contribution_id")?;
+            let id = a.id("contribution_id");
             raw(&contributions::revisions(state, a.query()?, bearer, id).await?)
         }
         "get_revision" => {
-            let id = a.id("contribution_id")?;
-            let n = a.id("revision")?;
+            let id = a.id("contribution_id");
+            let n = a.id("revision");
             a.none()?;
             data(&contributions::revision(state, bearer, id, n).await?)
         }
         "assess_revision" => {
-            let id = a.id("contribution_id")?;
-            let n = a.id("revision")?;
+            let id = a.id("contribution_id");
+            let n = a.id("revision");
             let op = &assessments::CREATE_ASSESSMENT;
             a.write(state, bearer, op, move |c, who, g, b| {
                 assessments::create(c, who, g, id, n, b)
@@ -477,14 +526,14 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "list_assessments" => {
-            let id = a.id("contribution_id")?;
+            let id = a.id("contribution_id");
             raw(&assessments::list(state, a.query()?, bearer, id).await?)
         }
         "create_artifact" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             let op = &artifacts::CREATE_ARTIFACT;
             let key = a.key(op);
-            let body: Body<artifacts::CreateArtifact> = a.body();
+            let body: Body<artifacts::CreateArtifact> = a.body()?;
             let decoded = artifacts::decoded(body.check());
             done(
                 written(op, state, bearer, key, body, None, move |c, who, g, b| {
@@ -494,16 +543,16 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             )
         }
         "list_artifacts" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             raw(&artifacts::list(state, a.query()?, bearer, orbit).await?)
         }
         "get_artifact" => {
-            let id = a.id("artifact_id")?;
+            let id = a.id("artifact_id");
             a.none()?;
             data(&artifacts::get(state, bearer, id).await?)
         }
         "write_memory" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             let op = &memory::CREATE_MEMORY_RECORD;
             a.write(state, bearer, op, move |c, who, g, b| {
                 memory::create(c, who, g, &orbit, b)
@@ -511,15 +560,15 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             .await
         }
         "list_memory" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             raw(&memory::list(state, a.query()?, bearer, orbit).await?)
         }
         "read_changes" => {
-            let orbit = a.orbit()?;
+            let orbit = a.orbit();
             raw(&changes::read_page(state, bearer, orbit, a.query()?, None).await?)
         }
         "search" => {
-            let orbit = a.orbit_opt()?;
+            let orbit = a.orbit_opt();
             let mut query: search::SearchQuery = a.query()?;
             query.orbit = orbit;
             raw(&search::search(state, bearer, query).await?)
