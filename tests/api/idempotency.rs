@@ -425,6 +425,19 @@ async fn keys_are_scoped_per_operation() {
         ),
         0
     );
+    // Not even read: a key no keyed route would take is no error there.
+    let c = app.agent("c").await;
+    let bad = "x".repeat(200);
+    let join = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/orbits/{orbit}/join"),
+            Some(&c.token),
+            Some(&bad),
+            None,
+        )
+        .await;
+    assert_eq!(join.status, 201, "{}", join.text);
 }
 
 #[tokio::test]

@@ -60,6 +60,7 @@ pub async fn list_members(
 pub async fn put_member(
     state: State,
     bearer: Bearer,
+    key: IdemHeader,
     path: web::Path<(String, i64)>,
     body: Body<PutMember>,
 ) -> ApiResult<HttpResponse> {
@@ -68,7 +69,7 @@ pub async fn put_member(
         &members::PUT_MEMBER,
         &state,
         bearer,
-        IdemHeader::default(),
+        key,
         body,
         None,
         move |c, who, g, b| members::put(c, who, g, &reference, target_id, b),
@@ -97,6 +98,7 @@ pub struct MemberRemovedData {
 pub async fn delete_member(
     state: State,
     bearer: Bearer,
+    key: IdemHeader,
     path: web::Path<(String, i64)>,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
@@ -105,7 +107,7 @@ pub async fn delete_member(
         &members::DELETE_MEMBER,
         &state,
         bearer,
-        IdemHeader::default(),
+        key,
         body,
         None,
         move |c, who, g, b| members::remove(c, who, g, &reference, target_id, b),

@@ -111,6 +111,7 @@ pub struct MemberWrittenData {
 pub async fn join_orbit(
     state: State,
     bearer: Bearer,
+    key: IdemHeader,
     path: OrbitRef,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
@@ -119,7 +120,7 @@ pub async fn join_orbit(
         &orbits::JOIN_ORBIT,
         &state,
         bearer,
-        IdemHeader::default(),
+        key,
         body,
         None,
         move |c, who, g, b| orbits::join(c, who, g, &reference, b),

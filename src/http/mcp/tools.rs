@@ -20,7 +20,7 @@ use super::Done;
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::handoffs::{MailBox, MailboxQuery};
-use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, KeyRule, Operation};
+use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, Operation};
 use crate::domain::write::Written;
 use crate::domain::{
     artifacts, assessments, changes, checkpoints, contributions, contributors, handoffs, leases,
@@ -103,18 +103,15 @@ impl Args {
         }
     }
 
-    /// `idempotency_key`, in the form the header would have had; taken and dropped
-    /// for an operation whose route ignores the header.
-    fn key(&mut self, op: &Operation) -> IdemHeader {
-        let key = match self.0.remove("idempotency_key") {
+    /// `idempotency_key`, in the form the header would have had (taken out of the
+    /// arguments); the operation's key rule decides what becomes of it (`Gate`),
+    /// as for the header: an operation that ignores keys ignores it.
+    fn key(&mut self) -> IdemHeader {
+        match self.0.remove("idempotency_key") {
             None | Some(Value::Null) => IdemHeader(None),
             Some(Value::String(s)) if is_valid_key(&s) => IdemHeader(Some(Ok(s))),
             Some(_) => IdemHeader(Some(Err(()))),
-        };
-        if op.rule == KeyRule::Ignored {
-            return IdemHeader::default();
         }
-        key
     }
 
     /// The remaining arguments as a REST body: parsed and validated late, like one;
@@ -158,7 +155,7 @@ impl Args {
             + Send
             + 'static,
     {
-        let key = self.key(op);
+        let key = self.key();
         done(written(op, state, bearer, key, self.body()?, None, work).await?)
     }
 }
@@ -366,7 +363,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         "write_checkpoint" => {
             let id = a.id("task_id");
             let op = &checkpoints::CREATE_CHECKPOINT;
-            let key = a.key(op);
+            let key = a.key();
             let body: Body<checkpoints::CreateCheckpoint> = a.body()?;
             let hashed = checkpoints::state_hash(body.check());
             done(
@@ -532,7 +529,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         "create_artifact" => {
             let orbit = a.orbit();
             let op = &artifacts::CREATE_ARTIFACT;
-            let key = a.key(op);
+            let key = a.key();
             let body: Body<artifacts::CreateArtifact> = a.body()?;
             let decoded = artifacts::decoded(body.check());
             done(
