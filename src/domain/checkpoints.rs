@@ -108,6 +108,22 @@ pub fn create(
     Reply::created(&checkpoint, orbit_id)
 }
 
+/// Whether and how a checkpoint of task `task_id` is tried as a quick write: a valid
+/// body without artifacts (the ordinary path checks those), with its state's
+/// canonical form and hash (`hashed`, from [`state_hash`]). The REST route and its
+/// MCP tool both ask this.
+pub fn quick_create_form(
+    task_id: i64,
+    body: ApiResult<&CreateCheckpoint>,
+    hashed: Option<&(String, String)>,
+) -> Option<Quick> {
+    let value = body
+        .ok()
+        .filter(|v| v.artifact_ids.as_ref().is_none_or(Vec::is_empty))?;
+    let (state, hash) = hashed?;
+    Some(quick_create(task_id, value, state, hash))
+}
+
 /// Checkpoint creation without artifacts as a quick write (`perf::quick`):
 /// answered as [`create`] answers it, with marks for what the statement chooses
 /// (the checkpoint's id and sequence, its orbit, the time). `state` is the

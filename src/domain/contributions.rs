@@ -135,6 +135,13 @@ pub fn create(
     Reply::created(&contribution, orbit.id)
 }
 
+/// Whether and how a contribution's creation is tried as a quick write: an orbit
+/// named by its id (`reference`) and a valid body ([`quick_create`]). The REST route
+/// and its MCP tool both ask this.
+pub fn quick_create_form(reference: &str, body: ApiResult<&CreateContribution>) -> Option<Quick> {
+    quick_create(access::orbit_id_of(reference)?, body.ok()?)
+}
+
 /// Contribution creation as a quick write (`perf::quick`), for an orbit named by
 /// its id and a contribution with no problem, task or artifacts (the ordinary path
 /// checks those): answered as [`create`] answers it, with marks for what the
@@ -343,6 +350,12 @@ pub fn revise(
         revised(id, head.task_id, new_revision),
     )?);
     Reply::created(&contribution, head.orbit_id)
+}
+
+/// Whether and how contribution `id`'s next revision is tried as a quick write: a
+/// valid body ([`quick_revise`]). The REST route and its MCP tool both ask this.
+pub fn quick_revise_form(id: i64, body: ApiResult<&ReviseContribution>) -> Option<Quick> {
+    quick_revise(id, body.ok()?)
 }
 
 /// The next revision as a quick write (`perf::quick`), when the request names no

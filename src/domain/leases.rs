@@ -103,6 +103,14 @@ pub fn acquire(
     Reply::created(&out, orbit_id)
 }
 
+/// Whether and how an acquire of task `task_id` is tried as a quick write: a valid
+/// body whose duration is in range (`min`, [`duration`]). The REST route and its MCP
+/// tool both ask this.
+pub fn quick_acquire_form(task_id: i64, min: i64, body: ApiResult<&AcquireLease>) -> Option<Quick> {
+    let seconds = duration(min, body.ok()?.duration_seconds).ok()?;
+    Some(quick_acquire(task_id, seconds))
+}
+
 /// The acquire as a quick write (`perf::quick`): its success answered as
 /// [`acquire`] answers it, with marks for what the statement chooses (the lease's
 /// id, version and times). A new lease is active and has not ended.
@@ -130,6 +138,12 @@ pub fn quick_acquire(task_id: i64, seconds: i64) -> Quick {
             )
         }),
     }
+}
+
+/// Whether and how the release of lease `lease_id` is tried as a quick write: a valid
+/// body. The REST route and its MCP tool both ask this.
+pub fn quick_release_form(lease_id: i64, body: ApiResult<&LeaseVersionBody>) -> Option<Quick> {
+    Some(quick_release(lease_id, body.ok()?.lease_version))
 }
 
 /// The release as a quick write: answered as [`release`] answers it, with marks

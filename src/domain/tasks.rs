@@ -88,6 +88,13 @@ pub fn create(
     Reply::created(&task, orbit.id)
 }
 
+/// Whether and how a task creation is tried as a quick write: an orbit named by its
+/// id (`reference`) and a valid body ([`quick_create`]). The REST route and its MCP
+/// tool both ask this.
+pub fn quick_create_form(reference: &str, body: ApiResult<&CreateTask>) -> Option<Quick> {
+    quick_create(access::orbit_id_of(reference)?, body.ok()?)
+}
+
 /// Task creation as a quick write (`perf::quick`), for an orbit named by its id and
 /// a task with no problem (the ordinary path checks a problem): answered as
 /// [`create`] answers it, with marks for what the statement chooses (the task's id

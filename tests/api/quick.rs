@@ -1222,3 +1222,86 @@ async fn a_busy_queue_runs_a_second_group_while_the_other_queues_are_idle() {
     );
     assert_eq!(r1, r2 + 1, "the borrowed group committed first");
 }
+
+/// The MCP tools of the quick writes take the quick path too (they ask the same
+/// `quick_*_form` as their REST routes), and answer what the ordinary path would:
+/// each result is the object as read afterwards, with its `orbit_revision`.
+#[tokio::test]
+async fn mcp_writes_take_the_quick_path_and_answer_as_rest() {
+    use crate::mcp::{call, connect, ok};
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-quick", 0).await;
+    let a = &c.owner;
+    let client = connect(&app, a).await;
+    let key = || uuid::Uuid::new_v4().to_string();
+    let (done, _) = quick_counts(&app).await;
+    let read = |path: String| {
+        let app = &app;
+        async move { app.get(&path, Some(&a.token)).await }
+    };
+    let as_rest = |result: &Value, read: &Resp| {
+        assert_eq!(read.status, 200, "{}", read.text);
+        let mut expected = read.json.clone();
+        let revision = result["data"]["orbit_revision"].clone();
+        assert!(revision.is_i64(), "{result}");
+        expected["data"]["orbit_revision"] = revision;
+        assert_eq!(result, &expected);
+    };
+
+    let t = ok(&call(
+        &client,
+        "create_task",
+        json!({"orbit": c.orbit, "title": "quick over mcp", "idempotency_key": key()}),
+    )
+    .await);
+    let task = t["data"]["id"].as_i64().unwrap();
+    as_rest(&t, &read(format!("/api/v1/tasks/{task}")).await);
+    let l = ok(&call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": task, "idempotency_key": key()}),
+    )
+    .await);
+    let (lease, v) = (
+        l["data"]["id"].as_i64().unwrap(),
+        l["data"]["lease_version"].as_i64().unwrap(),
+    );
+    as_rest(&l, &read(format!("/api/v1/leases/{lease}")).await);
+    let k = ok(&call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": task, "lease_version": v, "summary": "s", "state": {"n": 1},
+               "idempotency_key": key()}),
+    )
+    .await);
+    let ck = k["data"]["id"].as_i64().unwrap();
+    as_rest(&k, &read(format!("/api/v1/checkpoints/{ck}")).await);
+    let r = ok(&call(
+        &client,
+        "release_lease",
+        json!({"lease_id": lease, "lease_version": v, "idempotency_key": key()}),
+    )
+    .await);
+    as_rest(&r, &read(format!("/api/v1/leases/{lease}")).await);
+    let n = ok(&call(
+        &client,
+        "create_contribution",
+        json!({"orbit": c.orbit, "kind": "NOTE", "title": "t", "body": "b",
+               "idempotency_key": key()}),
+    )
+    .await);
+    let id = n["data"]["id"].as_i64().unwrap();
+    as_rest(&n, &read(format!("/api/v1/contributions/{id}")).await);
+    let rv = ok(&call(
+        &client,
+        "revise_contribution",
+        json!({"contribution_id": id, "base_revision": 1, "body": "b2",
+               "idempotency_key": key()}),
+    )
+    .await);
+    as_rest(&rv, &read(format!("/api/v1/contributions/{id}")).await);
+
+    let (after, _) = quick_counts(&app).await;
+    assert_eq!(after - done, 6, "every one of the six writes went quick");
+    client.cancel().await.ok();
+}

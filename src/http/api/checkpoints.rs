@@ -46,13 +46,7 @@ pub async fn create_checkpoint(
     let task_id = path.into_inner();
     // Hashed once, outside the transaction (which may be retried).
     let hashed = state_hash(body.check());
-    // Artifacts are checked by the ordinary path only.
-    let quick = body
-        .check()
-        .ok()
-        .filter(|v| v.artifact_ids.as_ref().is_none_or(Vec::is_empty))
-        .zip(hashed.as_ref())
-        .map(|(v, (state, hash))| checkpoints::quick_create(task_id, v, state, hash));
+    let quick = checkpoints::quick_create_form(task_id, body.check(), hashed.as_ref());
     write(
         &checkpoints::CREATE_CHECKPOINT,
         &state,

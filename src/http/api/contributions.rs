@@ -61,10 +61,7 @@ pub async fn create_contribution(
     body: Body<CreateContribution>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    // An orbit named by its slug, or references to check, take the ordinary path.
-    let quick = crate::domain::access::orbit_id_of(&reference)
-        .zip(body.check().ok())
-        .and_then(|(orbit_id, value)| contributions::quick_create(orbit_id, value));
+    let quick = contributions::quick_create_form(&reference, body.check());
     write(
         &contributions::CREATE_CONTRIBUTION,
         &state,
@@ -134,11 +131,7 @@ pub async fn revise_contribution(
     body: Body<ReviseContribution>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    // Artifacts to check take the ordinary path.
-    let quick = body
-        .check()
-        .ok()
-        .and_then(|value| contributions::quick_revise(id, value));
+    let quick = contributions::quick_revise_form(id, body.check());
     write(
         &contributions::REVISE_CONTRIBUTION,
         &state,

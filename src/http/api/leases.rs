@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use crate::domain::auth::Bearer;
 use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
 use crate::domain::leases::{
-    self, duration, min_duration, AcquireLease, FenceVerdict, LeaseVersionBody, RenewLease,
+    self, min_duration, AcquireLease, FenceVerdict, LeaseVersionBody, RenewLease,
 };
 use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
@@ -51,11 +51,7 @@ pub async fn acquire_lease(
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
     let min = min_duration(&state.config);
-    let quick = body
-        .check()
-        .ok()
-        .and_then(|b| duration(min, b.duration_seconds).ok())
-        .map(|seconds| leases::quick_acquire(task_id, seconds));
+    let quick = leases::quick_acquire_form(task_id, min, body.check());
     write(
         &leases::ACQUIRE_LEASE,
         &state,
@@ -150,10 +146,7 @@ pub async fn release_lease(
     body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
-    let quick = body
-        .check()
-        .ok()
-        .map(|b| leases::quick_release(lease_id, b.lease_version));
+    let quick = leases::quick_release_form(lease_id, body.check());
     write(
         &leases::RELEASE_LEASE,
         &state,

@@ -43,10 +43,7 @@ pub async fn create_task(
     body: Body<CreateTask>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    // An orbit named by its slug, or a problem to check, takes the ordinary path.
-    let quick = crate::domain::access::orbit_id_of(&reference)
-        .zip(body.check().ok())
-        .and_then(|(orbit_id, value)| tasks::quick_create(orbit_id, value));
+    let quick = tasks::quick_create_form(&reference, body.check());
     write(
         &tasks::CREATE_TASK,
         &state,

@@ -21,7 +21,7 @@ use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::handoffs::{MailBox, MailboxQuery};
 use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, Operation};
-use crate::domain::write::Written;
+use crate::domain::write::{Quick, Written};
 use crate::domain::{
     artifacts, assessments, changes, checkpoints, contributions, contributors, handoffs, leases,
     members, memory, orbits, problems, search, tasks,
@@ -143,7 +143,7 @@ impl Args {
     /// A write tool: the operation's key, the remaining arguments as its body, and
     /// its unit of work, run as its REST route runs them.
     async fn write<T, F>(
-        mut self,
+        self,
         state: &State,
         bearer: Bearer,
         op: &'static Operation,
@@ -155,8 +155,29 @@ impl Args {
             + Send
             + 'static,
     {
+        self.write_quick(state, bearer, op, |_| None, work).await
+    }
+
+    /// [`Args::write`] for a write with a quick form: `quick` is the resource's
+    /// `quick_*_form`, which its REST route asks too.
+    async fn write_quick<T, F>(
+        mut self,
+        state: &State,
+        bearer: Bearer,
+        op: &'static Operation,
+        quick: impl FnOnce(ApiResult<&T>) -> Option<Quick>,
+        work: F,
+    ) -> ApiResult<Done>
+    where
+        T: DeserializeOwned + Validate + Send + 'static,
+        F: FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
+            + Send
+            + 'static,
+    {
         let key = self.key();
-        done(written(op, state, bearer, key, self.body()?, None, work).await?)
+        let body = self.body()?;
+        let quick = quick(body.check());
+        done(written(op, state, bearer, key, body, quick, work).await?)
     }
 }
 
@@ -298,9 +319,14 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "create_task" => {
             let orbit = a.orbit();
-            a.write(state, bearer, &tasks::CREATE_TASK, move |c, who, g, b| {
-                tasks::create(c, who, g, &orbit, b)
-            })
+            let reference = orbit.clone();
+            a.write_quick(
+                state,
+                bearer,
+                &tasks::CREATE_TASK,
+                move |b| tasks::quick_create_form(&reference, b),
+                move |c, who, g, b| tasks::create(c, who, g, &orbit, b),
+            )
             .await
         }
         "complete_task" => {
@@ -319,10 +345,11 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "acquire_lease" => {
             let id = a.id("task_id");
-            a.write(
+            a.write_quick(
                 state,
                 bearer,
                 &leases::ACQUIRE_LEASE,
+                move |b| leases::quick_acquire_form(id, min, b),
                 move |c, who, g, b| leases::acquire(c, who, g, min, id, b),
             )
             .await
@@ -336,10 +363,11 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "release_lease" => {
             let id = a.id("lease_id");
-            a.write(
+            a.write_quick(
                 state,
                 bearer,
                 &leases::RELEASE_LEASE,
+                move |b| leases::quick_release_form(id, b),
                 move |c, who, g, b| leases::release(c, who, g, id, b),
             )
             .await
@@ -366,8 +394,9 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
             let key = a.key();
             let body: Body<checkpoints::CreateCheckpoint> = a.body()?;
             let hashed = checkpoints::state_hash(body.check());
+            let quick = checkpoints::quick_create_form(id, body.check(), hashed.as_ref());
             done(
-                written(op, state, bearer, key, body, None, move |c, who, g, b| {
+                written(op, state, bearer, key, body, quick, move |c, who, g, b| {
                     checkpoints::create(c, who, g, id, b, &hashed)
                 })
                 .await?,
@@ -480,18 +509,27 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "create_contribution" => {
             let orbit = a.orbit();
+            let reference = orbit.clone();
             let op = &contributions::CREATE_CONTRIBUTION;
-            a.write(state, bearer, op, move |c, who, g, b| {
-                contributions::create(c, who, g, &orbit, b)
-            })
+            a.write_quick(
+                state,
+                bearer,
+                op,
+                move |b| contributions::quick_create_form(&reference, b),
+                move |c, who, g, b| contributions::create(c, who, g, &orbit, b),
+            )
             .await
         }
         "revise_contribution" => {
             let id = a.id("contribution_id");
             let op = &contributions::REVISE_CONTRIBUTION;
-            a.write(state, bearer, op, move |c, who, g, b| {
-                contributions::revise(c, who, g, id, b)
-            })
+            a.write_quick(
+                state,
+                bearer,
+                op,
+                move |b| contributions::quick_revise_form(id, b),
+                move |c, who, g, b| contributions::revise(c, who, g, id, b),
+            )
             .await
         }
         "list_contributions" => {
