@@ -194,11 +194,23 @@ impl TokenCache {
         failures.remove(lookup);
     }
 
-    /// Drops failure windows that have ended (called periodically).
+    /// Drops failure windows that have ended and verified tokens not seen within
+    /// `CACHE_TTL` (called once a minute), so neither map holds what it no longer
+    /// answers from: a token used once stays until then, not until 100,000 others.
     pub fn shrink(&self) {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
-        failures.shrink_to_fit();
+        self.shrink_at(Instant::now());
+    }
+
+    fn shrink_at(&self, now: Instant) {
+        let within = |since: Instant, limit: Duration| now.saturating_duration_since(since) < limit;
+        {
+            let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+            failures.retain(|_, (_, since)| within(*since, FAILURE_WINDOW));
+            failures.shrink_to_fit();
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|_, e| within(e.seen_at, CACHE_TTL));
+        entries.shrink_to_fit();
     }
 
     fn forget(&self, key: &CacheKey) {
@@ -495,4 +507,37 @@ fn admit(
         token_id: row.id,
         actor,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `shrink` drops a verified token not seen within the TTL and keeps one seen
+    /// since (the clock moved on by the TTL and a second, as `shrink_at` sees it).
+    #[test]
+    fn shrink_forgets_tokens_past_their_ttl() {
+        let cache = TokenCache::default();
+        let actor = ContributorActor {
+            id: 1,
+            kind: "AGENT".into(),
+            name: "a".into(),
+            model_claim: None,
+        };
+        let (old, fresh) = (cache.cache_key("old"), cache.cache_key("fresh"));
+        cache.put(old, 1, &actor);
+        let later = Instant::now() + CACHE_TTL + Duration::from_secs(1);
+        cache.put(fresh, 2, &actor);
+        cache
+            .entries
+            .lock()
+            .unwrap()
+            .get_mut(&fresh)
+            .unwrap()
+            .seen_at = later;
+        cache.shrink_at(later);
+        let entries = cache.entries.lock().unwrap();
+        assert!(!entries.contains_key(&old));
+        assert!(entries.contains_key(&fresh));
+    }
 }
