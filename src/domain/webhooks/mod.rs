@@ -70,9 +70,9 @@ pub struct CreateWebhook {
 /// At most this many entries in `kinds`.
 const MAX_KINDS: usize = 32;
 
-impl CreateWebhook {
-    /// The field rules, every problem listed (the HTTP body check runs them).
-    pub fn problems(&self, e: &mut FieldErrors) {
+impl crate::model::Validate for CreateWebhook {
+    /// The field rules, every problem listed (the body check runs them).
+    fn validate(&self, e: &mut FieldErrors) {
         if let OrbitName::Slug(s) = &self.orbit {
             e.len("orbit", s, 1, 63);
         }

@@ -9,17 +9,11 @@ use crate::domain::auth::Bearer;
 use crate::domain::idempotency::{IdemHeader, IdempotencyKeyOptional};
 use crate::domain::orbits::Empty;
 use crate::domain::webhooks::{self as domain, CreateWebhook, Delivery, Webhook};
-use crate::error::{ApiResult, FieldErrors};
+use crate::error::ApiResult;
 use crate::http::api::responses::WriteErrors;
 use crate::http::api::{ok_json, page_json, respond, State};
-use crate::http::json::{Body, Validate};
+use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
-
-impl Validate for CreateWebhook {
-    fn validate(&self, e: &mut FieldErrors) {
-        self.problems(e)
-    }
-}
 
 #[derive(Serialize, ToSchema)]
 pub struct WebhookData {
