@@ -128,18 +128,11 @@ pub const AUTH_ERROR_CODE: i64 = -32001;
 /// A refusal of `require_token`: the HTTP status and headers of the REST error
 /// (401 with `WWW-Authenticate: Bearer`, 429 with `Retry-After`, 503), and a JSON-RPC
 /// error body that carries our message, so an MCP client shows it (the official
-/// Python SDK surfaces a JSON-RPC error body at any status). `data` has the REST
-/// envelope's fields and `recover`.
+/// Python SDK surfaces a JSON-RPC error body at any status). `data` is a tool
+/// refusal's structured form (`refusal_content`): a 429's `retry_after_seconds`
+/// included.
 fn auth_refusal(e: &ApiError) -> HttpResponse {
-    let mut data = json!({
-        "status": e.status.as_u16(),
-        "code": e.body.code,
-        "message": e.body.message,
-        "recover": e.recover(),
-    });
-    if let Some(details) = &e.body.details {
-        data["details"] = details.clone();
-    }
+    let data = refusal_content(e, &e.body.message);
     let body = json!({
         "jsonrpc": "2.0",
         "id": Value::Null,
@@ -405,6 +398,26 @@ fn success(done: Done) -> CallToolResult {
 
 /// A refusal: a tool error whose structured content carries the REST status, the
 /// code, the details and the one right reaction (`recover`).
+/// A refusal's structured form, the one shape of both kinds of MCP refusal (a tool's
+/// and `require_token`'s JSON-RPC error data): `{status, code, message, details,
+/// recover, errors?, retry_after_seconds?}`, with `message` as the caller words it.
+fn refusal_content(e: &ApiError, message: &str) -> Value {
+    let mut content = json!({
+        "status": e.status.as_u16(),
+        "code": e.body.code,
+        "message": message,
+        "details": e.body.details.clone().unwrap_or(Value::Null),
+        "recover": e.recover(),
+    });
+    if let Some(errors) = &e.body.errors {
+        content["errors"] = json!(errors);
+    }
+    if let Some(seconds) = e.retry_after {
+        content["retry_after_seconds"] = json!(seconds);
+    }
+    content
+}
+
 fn refusal(e: &ApiError) -> CallToolResult {
     let code = e.body.code.as_str();
     let status = e.status.as_u16();
@@ -422,19 +435,7 @@ fn refusal(e: &ApiError) -> CallToolResult {
     } else {
         e.body.message.clone()
     };
-    let mut content = json!({
-        "status": status,
-        "code": code,
-        "message": message,
-        "details": e.body.details.clone().unwrap_or(Value::Null),
-        "recover": recover,
-    });
-    if let Some(errors) = &e.body.errors {
-        content["errors"] = json!(errors);
-    }
-    if let Some(seconds) = e.retry_after {
-        content["retry_after_seconds"] = json!(seconds);
-    }
+    let content = refusal_content(e, &message);
     let text = format!(
         "Refused: {status} {code}. {message} Recover: {recover}{}.",
         e.retry_after
