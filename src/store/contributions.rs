@@ -573,9 +573,11 @@ pub struct Inserted {
     pub author_id: i64,
 }
 
-/// [`insert`] for many rows in one statement (bulk loads): each at revision 1 with
-/// its revision row, no task and no artifacts. Returns the rows in id order, which
-/// is the order of `rows`.
+/// [`insert`] for many rows in one statement (the bench's bulk loads): each at
+/// revision 1 with its revision row, no task and no artifacts. Returns the rows in
+/// id order, which is the order of `rows`. It writes no change and no
+/// `problem_counters`: the caller applies each row's change, and gives no row with a
+/// problem (the bench's `Bulk::contributions_many` refuses one).
 pub fn insert_many(
     conn: &mut PgConnection,
     rows: &[NewContribution<'_>],
