@@ -348,6 +348,17 @@ async fn an_unknown_protocol_version_is_refused_in_words() {
     let r = send("2025-06-18").await;
     assert_eq!(r.status.as_u16(), 200, "{}", r.text);
     assert!(r.json["result"]["tools"].is_array(), "{}", r.text);
+    // A method no MCP version has: -32601 saying which methods this server answers.
+    let r = raw(
+        &app,
+        Some(&auth),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "foo/bar"}),
+    )
+    .await;
+    assert_eq!(r.json["id"], 9, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32601, "{}", r.text);
+    let m = r.json["error"]["message"].as_str().unwrap_or("");
+    assert!(m.contains("foo/bar") && m.contains("tools/call"), "{m}");
 }
 
 #[tokio::test]

@@ -212,6 +212,8 @@ async fn check_message(
                 ))
             } else if let Some(why) = message.as_ref().ok().and_then(misfit_params) {
                 Some(jsonrpc_error(200, id, -32602, &why, None))
+            } else if let Some(why) = message.as_ref().ok().and_then(unknown_method) {
+                Some(jsonrpc_error(200, id, -32601, &why, None))
             } else if let Err(bad) = crate::http::json::exact_numbers(&bytes) {
                 // Named like a REST field: a tool's argument (`params.arguments.X`).
                 let in_arguments = bad.keys.get(1).is_some_and(|k| k == "arguments");
@@ -257,6 +259,29 @@ fn unknown_protocol_version(headers: &actix_web::http::header::HeaderMap) -> Opt
         names.join(", "),
         String::from_utf8_lossy(value.as_bytes())
     ))
+}
+
+/// Why a request names a method no MCP version has, if it does: the SDK answers
+/// -32601 with only the method as its message (and logs a warning any client can
+/// cause); the caller learns which methods this server answers.
+fn unknown_method(message: &rmcp::model::ClientJsonRpcMessage) -> Option<String> {
+    let rmcp::model::JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let rmcp::model::ClientRequest::CustomRequest(custom) = &request.request else {
+        return None;
+    };
+    (!matches!(
+        custom.method.as_str(),
+        "initialize" | "ping" | "tools/list" | "tools/call"
+    ))
+    .then(|| {
+        format!(
+            "Method not found: {:?}. This server answers initialize, ping, tools/list and \
+             tools/call.",
+            custom.method
+        )
+    })
 }
 
 /// Why a request for a method this server answers does not fit its params, if it
