@@ -66,6 +66,9 @@ pub struct Probe {
 /// reads it), its revision and the database clock.
 pub fn probe(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Probe>> {
     use crate::db::BindNext;
+    if crate::store::orbits::names_nothing(reference) {
+        return Ok(None);
+    }
     match crate::store::orbits::id_of(reference) {
         Some(id) => crate::db::sql(
             "SELECT id, revision, clock_timestamp() AS now FROM orbits WHERE id = $1",

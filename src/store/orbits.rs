@@ -76,10 +76,20 @@ pub fn id_of(reference: &str) -> Option<i64> {
     reference.parse().ok()
 }
 
+/// Whether a reference can name no orbit at all: one holding U+0000, which no slug
+/// holds and PostgreSQL's text cannot (a statement would fail on it, not find
+/// nothing). Every lookup of a reference answers "none" for it.
+pub fn names_nothing(reference: &str) -> bool {
+    reference.contains('\0')
+}
+
 /// An orbit named in a path: a positive id or a slug ([`id_of`]).
 pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbit>> {
     if let Some(id) = id_of(reference) {
         return find_by_id(conn, id);
+    }
+    if names_nothing(reference) {
+        return Ok(None);
     }
     orbits::table
         .inner_join(contributors::table)
@@ -97,6 +107,9 @@ pub fn find_with_role(
     reference: &str,
     contributor_id: i64,
 ) -> QueryResult<Option<(Orbit, Option<Role>)>> {
+    if names_nothing(reference) {
+        return Ok(None);
+    }
     let member = memberships::table.on(memberships::orbit_id
         .eq(orbits::id)
         .and(memberships::contributor_id.eq(contributor_id)));

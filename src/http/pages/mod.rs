@@ -270,9 +270,5 @@ pub fn orbit_of(
     conn: &mut diesel::PgConnection,
     slug: &str,
 ) -> crate::db::TxResult<crate::store::orbits::Orbit> {
-    // No orbit's slug holds U+0000 (PostgreSQL text cannot): not found, not a 400.
-    if slug.contains('\0') {
-        return Err(ApiError::not_found("Orbit").into());
-    }
     crate::store::orbits::find(conn, slug)?.ok_or_else(|| ApiError::not_found("Orbit").into())
 }
