@@ -305,14 +305,17 @@ pub type EventStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infalli
 
 /// Opens `reference`'s event stream for a client (`addr`, or the presented token)
 /// from `after` ([`resume_point`]). Precedence: 401 (a bad token) → 404 → 422 →
-/// 429 (the client's open streams, `ORBIT_MAX_STREAMS_PER_CLIENT`).
+/// 429 (the client's open streams, `ORBIT_MAX_STREAMS_PER_CLIENT`). With `head` (a
+/// HEAD request, answered without a body) it stops after the checks: `None`, no
+/// place under the cap taken and no tail joined.
 pub async fn open(
     core: &Core,
     bearer: Bearer,
     reference: String,
     after: ApiResult<Option<i64>>,
     addr: std::net::IpAddr,
-) -> ApiResult<EventStream> {
+    head: bool,
+) -> ApiResult<Option<EventStream>> {
     let client = match bearer.cache_key(&core.tokens) {
         Some(key) => PollClient::Token(key),
         None => PollClient::Addr(addr),
@@ -325,6 +328,9 @@ pub async fn open(
     })
     .await?;
     let after = after?.unwrap_or(revision);
+    if head {
+        return Ok(None);
+    }
     let streams = core.events.clone();
     let cap = core.config.max_streams_per_client;
     let Some(slot) = streams.clients.enter_owned(client, cap) else {
@@ -351,7 +357,7 @@ pub async fn open(
         deadline: Instant::now() + Duration::from_secs(core.config.stream_max_seconds),
         closing: streams.closing.subscribe(),
     };
-    Ok(Box::pin(futures_util::stream::unfold(sub, next)))
+    Ok(Some(Box::pin(futures_util::stream::unfold(sub, next))))
 }
 
 /// Counts the stream as open and holds its place in the client's count until the

@@ -354,6 +354,14 @@ async fn a_client_past_its_stream_limit_gets_429_and_a_token_counts_apart() {
     }
     let first = Sse::open(&app, orbit, "", None).await;
     let _second = Sse::open(&app, orbit, "", None).await;
+    // At the cap, a HEAD still answers: it would open nothing.
+    let head = app
+        .client
+        .head(app.url(&format!("/api/v1/orbits/{orbit}/events")))
+        .send()
+        .await
+        .expect("HEAD");
+    assert_eq!(head.status(), 200);
     let over = crate::harness::Resp::from(Sse::request(&app, orbit, "", None, None).await).await;
     over.assert_error(429, "rate_limited");
     assert!(over.header("retry-after").is_some(), "{:?}", over.headers);

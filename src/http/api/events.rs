@@ -65,14 +65,14 @@ pub async fn stream_events(
         .get("last-event-id")
         .map(|v| v.to_str().unwrap_or("\u{fffd}"));
     let after = events::resume_point(last_event_id, query.after.as_deref());
-    let stream = events::open(&state.core, bearer, path.into_inner(), after, addr).await?;
-    // A HEAD is answered like the GET, without its stream: the codec would send no
-    // body but keep the stream, and its place under the client's cap, until the
-    // stream's time ran out (a hostile probe held 16 places for 15 minutes so).
+    // A HEAD is answered like the GET, without a stream: the codec would send no
+    // body but keep one, and its place under the client's cap, until the stream's
+    // time ran out (a hostile probe held 16 places for 15 minutes so).
     let head = req
         .extensions()
         .get::<crate::http::telemetry::WasHead>()
         .is_some();
+    let stream = events::open(&state.core, bearer, path.into_inner(), after, addr, head).await?;
     let mut resp = HttpResponse::Ok();
     resp.insert_header((
         header::CONTENT_TYPE,
@@ -84,10 +84,8 @@ pub async fn stream_events(
     // The connection ends with the stream, so a graceful stop need not wait
     // for it to idle out.
     .force_close();
-    Ok(if head {
-        drop(stream);
-        resp.finish()
-    } else {
-        resp.streaming(stream)
+    Ok(match stream {
+        Some(stream) => resp.streaming(stream),
+        None => resp.finish(),
     })
 }
