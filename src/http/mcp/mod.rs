@@ -171,10 +171,7 @@ async fn check_message(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    if let Some(why) = unknown_protocol_version(req.headers()) {
-        let resp = jsonrpc_error(400, Value::Null, -32600, &why, None);
-        return Ok(req.into_response(resp).map_into_right_body());
-    }
+    let bad_version = unknown_protocol_version(req.headers());
     let json_post = req.method() == actix_web::http::Method::POST
         && req
             .headers()
@@ -183,6 +180,10 @@ async fn check_message(
             .and_then(|v| v.split(';').next())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
     if !json_post {
+        if let Some(why) = bad_version {
+            let resp = jsonrpc_error(400, Value::Null, -32600, &why, None);
+            return Ok(req.into_response(resp).map_into_right_body());
+        }
         return Ok(next.call(req).await?.map_into_left_body());
     }
     let mut payload = req.take_payload();
@@ -210,6 +211,12 @@ async fn check_message(
                     "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response.",
                     None,
                 ))
+            } else if let Some(why) = bad_version.filter(|_| {
+                // The SDK's exception: a request that names its own version in
+                // `_meta` is read by that one, whatever the header says.
+                !message.as_ref().is_ok_and(carries_its_own_version)
+            }) {
+                Some(jsonrpc_error(400, id, -32600, &why, None))
             } else if let Some(why) = message.as_ref().ok().and_then(misfit_params) {
                 Some(jsonrpc_error(200, id, -32602, &why, None))
             } else if let Some(why) = message.as_ref().ok().and_then(unknown_method) {
@@ -241,8 +248,22 @@ async fn check_message(
     Ok(next.call(req).await?.map_into_left_body())
 }
 
+/// Whether a request names its protocol version in its `_meta` (the SDK then reads
+/// it by that version and does not judge the header).
+fn carries_its_own_version(message: &rmcp::model::ClientJsonRpcMessage) -> bool {
+    use rmcp::model::GetMeta;
+    match message {
+        rmcp::model::JsonRpcMessage::Request(r) => {
+            r.request.get_meta().protocol_version().is_some()
+        }
+        _ => false,
+    }
+}
+
 /// Why the request's `MCP-Protocol-Version` header is refused, if it is: the SDK's
-/// rule (a version it knows; no header is fine), in words that name the versions.
+/// rule (a version it knows; no header is fine; a request naming its own version in
+/// `_meta` is not judged by it, `carries_its_own_version`), in words that name the
+/// versions.
 fn unknown_protocol_version(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
     let value = headers.get("mcp-protocol-version")?;
     let known = ProtocolVersion::KNOWN_VERSIONS;
@@ -421,8 +442,6 @@ fn success(done: Done) -> CallToolResult {
     result
 }
 
-/// A refusal: a tool error whose structured content carries the REST status, the
-/// code, the details and the one right reaction (`recover`).
 /// A refusal's structured form, the one shape of both kinds of MCP refusal (a tool's
 /// and `require_token`'s JSON-RPC error data): `{status, code, message, details,
 /// recover, errors?, retry_after_seconds?}`, with `message` as the caller words it.
@@ -443,6 +462,8 @@ fn refusal_content(e: &ApiError, message: &str) -> Value {
     content
 }
 
+/// A refusal: a tool error whose structured content carries the REST status, the
+/// code, the details and the one right reaction (`recover`).
 fn refusal(e: &ApiError) -> CallToolResult {
     let code = e.body.code.as_str();
     let status = e.status.as_u16();
