@@ -25,4 +25,5 @@ CREATE INDEX problems_search_idx ON problems USING gin (search) WITH (fastupdate
 CREATE INDEX tasks_search_idx ON tasks USING gin (search) WITH (fastupdate = off);
 CREATE INDEX memory_records_search_idx ON memory_records USING gin (search)
     WITH (fastupdate = off);
-DROP FUNCTION orbit_search_text(text);
+-- `orbit_search_text` stays: `search_tsquery` (src/db/functions.sql, applied at
+-- every start) and the search's headlines call it.

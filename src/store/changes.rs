@@ -112,9 +112,6 @@ pub struct ContributorChange {
     pub change: ChangeOut,
 }
 
-/// A contributor's most recent changes over every orbit, newest first, at most
-/// `limit`, older than `before` (a `(created_at)` position; `None` = now), by
-/// `changes_contributor_idx`.
 /// Where a contributor's activity continues (newest first): before the instant
 /// `at`, or, with `change` (`(orbit, revision)` of the last one shown), before that
 /// change among those of the same instant, so a page break between changes of one
@@ -125,6 +122,9 @@ pub struct ActivityCursor {
     pub change: Option<(i64, i64)>,
 }
 
+/// A contributor's most recent changes over every orbit, newest first (by instant,
+/// then orbit and revision), at most `limit`, after the cursor `before` (`None`:
+/// from the newest), by `changes_contributor_idx`.
 pub fn of_contributor(
     conn: &mut PgConnection,
     contributor_id: i64,

@@ -578,8 +578,6 @@ async fn the_new_tools_answer_like_their_rest_routes() {
     client.cancel().await.ok();
 }
 
-/// Over MCP, the key errors name the argument; the lease details reach the tool
-/// refusal with the reaction they imply.
 /// Over MCP too every invalid argument is listed at once: a bad or missing id or
 /// orbit beside the problems of the rest, before anything is read or written.
 #[tokio::test]
@@ -637,6 +635,8 @@ async fn mcp_lists_every_invalid_argument_at_once() {
     client.cancel().await.ok();
 }
 
+/// Over MCP, the key errors name the argument; the lease details reach the tool
+/// refusal with the reaction they imply.
 #[tokio::test]
 async fn mcp_refusals_name_arguments_and_carry_the_details() {
     let app = TestApp::spawn().await;

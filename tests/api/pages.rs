@@ -430,8 +430,12 @@ async fn unknown_slugs_and_ids_are_an_html_404() {
         assert!(text.contains("HTTP 404"), "{path}: {text}");
     }
     // A slug PostgreSQL's text cannot hold names no orbit either.
-    let r = app.get("/o/%00/tasks/1", None).await;
-    assert_page(&r, 404);
+    for path in ["/o/%00", "/o/%00/tasks/1", "/o/a%00b/activity"] {
+        assert_page(&app.get(path, None).await, 404);
+    }
+    app.get("/api/v1/orbits/a%00b", None)
+        .await
+        .assert_error(404, "not_found");
     // Another method than GET on a page: the HTML 405, with Allow.
     for path in [
         "/",
@@ -478,6 +482,7 @@ async fn bad_query_parameters_are_an_html_400_never_a_5xx() {
             "/contributors/{}?before=2026-01-01T00:00:00Z&change=3",
             s.owner.id
         ),
+        format!("/contributors/{}?change=3.4", s.owner.id),
     ] {
         let r = app.get(&path, None).await;
         assert_page(&r, 400);
@@ -571,8 +576,8 @@ async fn long_lists_page_and_the_board_links_to_the_rest() {
 }
 
 /// A contribution page shows at most 256 KiB of bodies (the newest revision always)
-/// and links to the older revisions, whatever its revisions hold: a review's 25
-/// revisions of 64 KiB random lines made one page 10 MB and 2.6 s of a worker.
+/// and links to the older revisions, whatever its revisions hold: a probe's 29
+/// revisions of 64 KiB random lines (25 a page) made one page 10 MB and 2.6 s of a worker.
 #[tokio::test]
 async fn a_contribution_page_with_huge_revisions_pages_by_size() {
     let app = TestApp::spawn().await;

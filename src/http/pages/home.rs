@@ -268,6 +268,11 @@ async fn contributor_page(state: State, segment: String, req: HttpRequest) -> Pa
         ),
     };
     let before = match &q.before {
+        None if change.is_some() => {
+            return Err(PageError::bad_request(
+                "`change` goes with `before`: the link of the page before names both.",
+            ))
+        }
         None => None,
         Some(s) => Some(changes_store::ActivityCursor {
             at: DateTime::parse_from_rfc3339(s)

@@ -6,7 +6,7 @@
 //! A contribution's page is bounded whatever its revisions hold: at most
 //! [`PAGE_BODY_BYTES`] of bodies (and at least one revision) a page, its diffs
 //! computed within one [`DIFF_BUDGET`], and rendered on the blocking pool, never on
-//! an HTTP worker (a review loaded 25 revisions of 64 KiB random lines: 2.6 s on
+//! an HTTP worker (a probe's 29 revisions of 64 KiB random lines, 25 a page: 2.6 s on
 //! the worker, and every other request of that worker waited).
 
 use std::time::{Duration, Instant};
