@@ -18,7 +18,8 @@
 -- lock statement and only words the refusal they name, and the quick_* functions
 -- ask the same functions; `member_role` and `token_use_due` are the membership
 -- and the last-used rule both paths read; `lease_is_active` and `lease_end_reason`
--- how a lease reads (the store's lease columns, the task's active lease);
+-- how a lease reads at an instant, `handoff_is_live` and `handoff_status` how a
+-- handoff does (every query, verdict and ending asks them);
 -- `task_insert` and `contribution_insert` are the one insert of each for both
 -- paths, `contribution_revise` the one write of a next revision. The quick_*
 -- functions run the successful case of the lease cycle, of task and contribution
@@ -180,6 +181,47 @@ RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
     SELECT p_last_used IS NULL OR p_now - p_last_used >= interval '60 seconds'
 $$;
 
+-- How a lease reads at `p_now`: active while it has not ended and has not run
+-- out. The one statement of that rule: every query, verdict and ending in SQL asks
+-- it (or `lease_end_reason`, built on it), and the service reads its answer
+-- (`domain::fence`'s `OpenLease::active`, the store's `is_active`) rather than
+-- comparing times itself. IMMUTABLE (the clock is an argument), so the planner
+-- inlines it: an index whose predicate is `end_reason IS NULL` still serves it.
+CREATE OR REPLACE FUNCTION lease_is_active(p_end_reason text, p_expires timestamptz,
+                                           p_now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_end_reason IS NULL AND p_expires > p_now
+$$;
+
+-- How a lease's end reads at `p_now`: its recorded reason, EXPIRED for an open lease
+-- that ran out, NULL for an active one. A lease ended now ends as EXPIRED when it
+-- had run out (its interval then ended at `expires_at`), with its own reason
+-- otherwise (`store::tasks::end_lease`).
+CREATE OR REPLACE FUNCTION lease_end_reason(p_end_reason text, p_expires timestamptz,
+                                            p_now timestamptz)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(p_end_reason,
+                    CASE WHEN NOT lease_is_active(NULL, p_expires, p_now) THEN 'EXPIRED' END)
+$$;
+
+-- Whether a handoff is live at `p_now`: PENDING and not run out. A live handoff
+-- fences its giver and may be accepted; a PENDING one past its expiry reads as
+-- EXPIRED (`handoff_status`) and is ended so when the task is next written. The
+-- one statement of that rule, as `lease_is_active` is of a lease's.
+CREATE OR REPLACE FUNCTION handoff_is_live(p_status text, p_expires timestamptz,
+                                           p_now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_status = 'PENDING' AND p_expires > p_now
+$$;
+
+-- How a handoff's status reads at `p_now`: PENDING past its expiry reads as EXPIRED.
+CREATE OR REPLACE FUNCTION handoff_status(p_status text, p_expires timestamptz,
+                                          p_now timestamptz)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_status = 'PENDING' AND NOT handoff_is_live(p_status, p_expires, p_now)
+                THEN 'EXPIRED' ELSE p_status END
+$$;
+
 -- The lease check of a lease-protected write (contract section 8): NULL when
 -- `p_caller` presenting `p_version` may write to task `p_task` at `p_now`, else the
 -- code of the first rule that fails, in the contract's order. The caller holds the
@@ -200,13 +242,13 @@ BEGIN
             THEN 'stale_lease_version'
         WHEN t.lease_version <> p_version OR v.id IS NULL THEN 'stale_lease_version'
         WHEN v.contributor_id <> p_caller THEN 'lease_not_held'
-        WHEN v.end_reason = 'EXPIRED' THEN 'lease_expired'
-        WHEN v.end_reason IS NOT NULL THEN 'lease_released'
-        WHEN v.expires_at <= p_now THEN 'lease_expired'
+        WHEN lease_end_reason(v.end_reason, v.expires_at, p_now) = 'EXPIRED'
+            THEN 'lease_expired'
+        WHEN NOT lease_is_active(v.end_reason, v.expires_at, p_now) THEN 'lease_released'
         WHEN p_write <> 'release_or_offer' AND EXISTS (
                 SELECT 1 FROM handoffs h
-                WHERE h.task_id = p_task AND h.status = 'PENDING'
-                  AND h.from_contributor = p_caller AND h.expires_at > p_now)
+                WHERE h.task_id = p_task AND h.from_contributor = p_caller
+                  AND handoff_is_live(h.status, h.expires_at, p_now))
             THEN 'handed_off'
     END
     FROM tasks t
@@ -225,32 +267,18 @@ BEGIN
         WHEN t.status <> 'OPEN' THEN 'task_closed'
         WHEN EXISTS (
                 SELECT 1 FROM handoffs h
-                WHERE h.task_id = p_task AND h.status = 'PENDING'
-                  AND h.from_contributor = p_caller AND h.expires_at > p_now)
+                WHERE h.task_id = p_task AND h.from_contributor = p_caller
+                  AND handoff_is_live(h.status, h.expires_at, p_now))
             THEN 'handed_off'
-        WHEN o.expires_at > p_now AND o.contributor_id = p_caller THEN 'lease_already_held'
-        WHEN o.expires_at > p_now THEN 'lease_conflict'
+        WHEN lease_is_active(o.end_reason, o.expires_at, p_now)
+             AND o.contributor_id = p_caller THEN 'lease_already_held'
+        WHEN lease_is_active(o.end_reason, o.expires_at, p_now) THEN 'lease_conflict'
     END
     FROM tasks t
     LEFT JOIN leases o ON o.task_id = t.id AND o.lease_version = t.lease_version
                       AND o.end_reason IS NULL
     WHERE t.id = p_task);
 END $$;
-
--- How a lease reads at `p_now` (`store::tasks`' lease columns and a task's active
--- lease): active while it has not ended and has not run out; an open lease past its expiry
--- reads as EXPIRED. IMMUTABLE (the clock is an argument), so inlined where used.
-CREATE OR REPLACE FUNCTION lease_is_active(p_end_reason text, p_expires timestamptz,
-                                           p_now timestamptz)
-RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_end_reason IS NULL AND p_expires > p_now
-$$;
-
-CREATE OR REPLACE FUNCTION lease_end_reason(p_end_reason text, p_expires timestamptz,
-                                            p_now timestamptz)
-RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT COALESCE(p_end_reason, CASE WHEN p_expires <= p_now THEN 'EXPIRED' END)
-$$;
 
 -- Timestamps as the API writes them (`model::format_ts`): RFC 3339, UTC,
 -- milliseconds (truncated), `Z`. What `quick_outcome` writes for a timestamp's mark;

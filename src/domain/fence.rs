@@ -63,20 +63,25 @@ impl LockedTask {
     }
 }
 
+/// The task's lease that has not ended.
 #[derive(Debug, Clone)]
 pub struct OpenLease {
     pub id: i64,
     pub contributor_id: i64,
     pub lease_version: i64,
     pub expires_at: DateTime<Utc>,
+    /// Active at the lock's `now` (`lease_is_active`): false once it has run out.
+    pub active: bool,
 }
 
+/// The task's PENDING handoff.
 #[derive(Debug, Clone)]
 pub struct PendingHandoff {
     pub id: i64,
     pub from_contributor: i64,
     pub to_contributor: Option<i64>,
-    pub expires_at: DateTime<Utc>,
+    /// Live at the lock's `now` (`handoff_is_live`): false once it has run out.
+    pub live: bool,
 }
 
 /// The lease whose version a request presented.
@@ -94,14 +99,14 @@ impl LockedTask {
 
     /// The open lease if it is still active at `now`.
     pub fn active_lease(&self) -> Option<&OpenLease> {
-        self.open_lease.as_ref().filter(|l| l.expires_at > self.now)
+        self.open_lease.as_ref().filter(|l| l.active)
     }
 
     /// The live PENDING handoff `giver` offered on this task: it fences the giver.
     pub fn pending_from(&self, giver: i64) -> Option<&PendingHandoff> {
         self.pending_handoff
             .as_ref()
-            .filter(|h| h.from_contributor == giver && h.expires_at > self.now)
+            .filter(|h| h.from_contributor == giver && h.live)
     }
 }
 
@@ -129,6 +134,8 @@ struct AfterLock {
     o_version: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     o_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<diesel::sql_types::Bool>)]
+    o_active: Option<bool>,
     #[diesel(sql_type = Nullable<BigInt>)]
     v_id: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
@@ -141,8 +148,8 @@ struct AfterLock {
     h_from: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     h_to: Option<i64>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    h_expires: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<diesel::sql_types::Bool>)]
+    h_live: Option<bool>,
     #[diesel(sql_type = Nullable<Text>)]
     verdict: Option<String>,
 }
@@ -273,10 +280,11 @@ fn lock_inner(
          SELECT clock.now, \
                 o.id AS o_id, o.contributor_id AS o_contributor, \
                 o.lease_version AS o_version, o.expires_at AS o_expires, \
+                lease_is_active(o.end_reason, o.expires_at, clock.now) AS o_active, \
                 v.id AS v_id, \
                 v.end_reason AS v_end_reason, v.expires_at AS v_expires, \
                 h.id AS h_id, h.from_contributor AS h_from, h.to_contributor AS h_to, \
-                h.expires_at AS h_expires, \
+                handoff_is_live(h.status, h.expires_at, clock.now) AS h_live, \
                 CASE $4 WHEN 1 THEN lease_verdict($1, $5, $2, $6, $7, clock.now) \
                         WHEN 2 THEN acquire_verdict($1, $5, clock.now) END AS verdict \
          FROM clock \
@@ -298,13 +306,15 @@ fn lock_inner(
         after.o_contributor,
         after.o_version,
         after.o_expires,
+        after.o_active,
     ) {
-        (Some(id), Some(contributor_id), Some(lease_version), Some(expires_at)) => {
+        (Some(id), Some(contributor_id), Some(lease_version), Some(expires_at), Some(active)) => {
             Some(OpenLease {
                 id,
                 contributor_id,
                 lease_version,
                 expires_at,
+                active,
             })
         }
         _ => None,
@@ -317,12 +327,12 @@ fn lock_inner(
         }),
         _ => None,
     };
-    let pending_handoff = match (after.h_id, after.h_from, after.h_expires) {
-        (Some(id), Some(from_contributor), Some(expires_at)) => Some(PendingHandoff {
+    let pending_handoff = match (after.h_id, after.h_from, after.h_live) {
+        (Some(id), Some(from_contributor), Some(live)) => Some(PendingHandoff {
             id,
             from_contributor,
             to_contributor: after.h_to,
-            expires_at,
+            live,
         }),
         _ => None,
     };
@@ -547,4 +557,60 @@ pub fn handed_off(handoff_id: i64, to: Option<i64>) -> ApiError {
          mean to take the task back.",
     )
     .with_details(json!({ "handoff_id": handoff_id, "to_contributor_id": to }))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Whether a lease is active, and a handoff live, is decided in one place each
+    /// (`lease_is_active` and `handoff_is_live`, src/db/functions.sql, which compare
+    /// their `p_expires`): no query or Rust code compares an `expires_at` itself.
+    /// Only an Idempotency-Key's retention, a rule of its own, does.
+    #[test]
+    fn no_code_compares_an_expiry_itself() {
+        let mut files = crate::error::source_files();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        files.push(root.join("src/db/functions.sql"));
+        let allowed = [
+            "WHERE k.expires_at <= clock_timestamp()",
+            "idempotency_keys WHERE expires_at <= statement_timestamp()",
+        ];
+        let mut found = Vec::new();
+        for file in files
+            .iter()
+            .filter(|f| !f.starts_with(root.join("src/bin")))
+        {
+            let text = std::fs::read_to_string(file).expect("read");
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (line_no, line) in code.lines().enumerate() {
+                if allowed.iter().any(|a| line.contains(a)) {
+                    continue;
+                }
+                for (at, word) in line.match_indices("expires_at") {
+                    let after = line[at + word.len()..].trim_start();
+                    let before = line[..at]
+                        .trim_end_matches(|c: char| {
+                            c.is_ascii_alphanumeric() || c == '_' || c == '.'
+                        })
+                        .trim_end();
+                    let compares_after = after.starts_with('<') || after.starts_with('>');
+                    let compares_before = (before.ends_with('<') || before.ends_with('>'))
+                        && !before.ends_with("=>")
+                        && !before.ends_with("->");
+                    if compares_after || compares_before {
+                        found.push(format!(
+                            "{}:{}: {}",
+                            file.display(),
+                            line_no + 1,
+                            line.trim()
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "compare through lease_is_active / handoff_is_live instead:\n{}",
+            found.join("\n")
+        );
+    }
 }

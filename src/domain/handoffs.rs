@@ -200,7 +200,6 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
 /// `caller` is who asks: the one who accepted learns the lease it still holds.
 fn still_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> TxResult<()> {
-    let now = task.now;
     let (pending, expired) = (
         HandoffStatus::Pending.as_str(),
         HandoffStatus::Expired.as_str(),
@@ -208,7 +207,7 @@ fn still_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> TxResult<()
     if h.status != pending && h.status != expired {
         return Err(not_pending(h, task, caller).into());
     }
-    if h.status == expired || h.expires_at <= now {
+    if !h.live {
         return Err(ApiError::conflict(
             "handoff_expired",
             "This handoff has expired. Choose other work.",
@@ -249,14 +248,14 @@ pub fn accept(
     let seconds = duration(min, body?.duration_seconds)?;
     claim!(gate, conn, &[handoff_id]);
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
-    let h = store::lock(conn, handoff_id)?;
+    let h = store::lock(conn, handoff_id, task.now)?;
     still_pending(&h, &task, caller.id())?;
     if !task.is_open() {
         return Err(task_closed(&task.status).into());
     }
     let mut summary = format!("handoff {handoff_id} accepted");
     if let Some(open) = &task.open_lease {
-        if open.expires_at > task.now {
+        if open.active {
             if open.contributor_id != h.from_contributor {
                 return Err(lease_conflict(&open.expires_at).into());
             }
@@ -346,7 +345,7 @@ fn end_pending(
     claim!(gate, conn, &[handoff_id]);
     let h = store::peek(conn, handoff_id)?.ok_or(ApiError::internal())?;
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
-    let h = store::lock(conn, handoff_id)?;
+    let h = store::lock(conn, handoff_id, task.now)?;
     still_pending(&h, &task, caller)?;
     store::finish(conn, handoff_id, status, task.now, None, None, reason)?;
     let (kind, verb) = match status {

@@ -418,7 +418,7 @@ pub fn cancel(
     let mut summary = format!("task {task_id} cancelled");
     if let Some(lease) = &task.open_lease {
         store::end_lease(conn, lease.id, task.now, "CANCELLED")?;
-        if lease.expires_at > task.now {
+        if lease.active {
             summary.push_str(&format!("; lease v{} ended", lease.lease_version));
         } else {
             summary.push_str(&format!("; lease v{} expired", lease.lease_version));

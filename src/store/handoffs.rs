@@ -22,8 +22,10 @@ pub fn supersede_pending(
     }
     let rows: Vec<Row> = crate::db::sql(
         "UPDATE handoffs SET \
-             status = CASE WHEN expires_at > $2 THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
-             ended_at = CASE WHEN expires_at > $2 THEN $2 ELSE expires_at END \
+             status = CASE WHEN handoff_is_live(status, expires_at, $2) \
+                           THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
+             ended_at = CASE WHEN handoff_is_live(status, expires_at, $2) \
+                             THEN $2 ELSE expires_at END \
          WHERE task_id = $1 AND status = 'PENDING' \
          RETURNING id, (status = 'SUPERSEDED') AS live",
     )
@@ -194,8 +196,7 @@ impl From<HandoffRow> for Handoff {
 }
 
 /// The effective status: PENDING past its expiry reads as EXPIRED.
-const STATUS_EXPR: &str =
-    "CASE WHEN h.status = 'PENDING' AND h.expires_at <= clock_timestamp() THEN 'EXPIRED' ELSE h.status END";
+const STATUS_EXPR: &str = "handoff_status(h.status, h.expires_at, clock_timestamp())";
 
 fn select() -> String {
     format!(
@@ -285,29 +286,48 @@ pub struct HandoffLock {
     pub accepted_lease_id: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     pub accepted_lease_version: Option<i64>,
+    /// Live (`handoff_is_live`) at the instant read with it: the database's clock
+    /// for `peek`, the caller's for `lock`.
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub live: bool,
 }
 
-/// The columns of a `HandoffLock` (`h` the handoff, `l` its accepted lease).
-const LOCK_COLUMNS: &str = "h.id, h.orbit_id, h.task_id, h.status, h.from_contributor, \
-     h.to_contributor, h.expires_at, h.accepted_by, h.accepted_lease_id, \
-     (SELECT l.lease_version FROM leases l WHERE l.id = h.accepted_lease_id) \
-     AS accepted_lease_version";
+/// The columns of a `HandoffLock` (`h` the handoff, `l` its accepted lease), live at
+/// `$clock`.
+macro_rules! lock_columns {
+    ($clock:literal) => {
+        concat!(
+            "h.id, h.orbit_id, h.task_id, h.status, h.from_contributor, \
+             h.to_contributor, h.expires_at, h.accepted_by, h.accepted_lease_id, \
+             (SELECT l.lease_version FROM leases l WHERE l.id = h.accepted_lease_id) \
+             AS accepted_lease_version, handoff_is_live(h.status, h.expires_at, ",
+            $clock,
+            ") AS live"
+        )
+    };
+}
 
 pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>> {
-    crate::db::sql(format!(
-        "SELECT {LOCK_COLUMNS} FROM handoffs h WHERE h.id = $1"
+    crate::db::sql(concat!(
+        "SELECT ",
+        lock_columns!("clock_timestamp()"),
+        " FROM handoffs h WHERE h.id = $1"
     ))
     .bind::<BigInt, _>(id)
     .get_result(conn)
     .optional()
 }
 
-/// Locks a handoff row (after its task's row: see the lock order in `fence`).
-pub fn lock(conn: &mut PgConnection, id: i64) -> QueryResult<HandoffLock> {
-    crate::db::sql(format!(
-        "SELECT {LOCK_COLUMNS} FROM handoffs h WHERE h.id = $1 FOR UPDATE OF h"
+/// Locks a handoff row (after its task's row: see the lock order in `fence`); `live`
+/// at `now`, the task lock's instant.
+pub fn lock(conn: &mut PgConnection, id: i64, now: DateTime<Utc>) -> QueryResult<HandoffLock> {
+    crate::db::sql(concat!(
+        "SELECT ",
+        lock_columns!("$2"),
+        " FROM handoffs h WHERE h.id = $1 FOR UPDATE OF h"
     ))
     .bind::<BigInt, _>(id)
+    .bind::<Timestamptz, _>(now)
     .get_result(conn)
 }
 
@@ -394,8 +414,8 @@ pub fn pending_of_orbit(
     page: Cursor,
 ) -> QueryResult<Vec<Handoff>> {
     crate::db::sql(format!(
-        "{} WHERE h.orbit_id = $1 AND h.status = 'PENDING' \
-           AND h.expires_at > clock_timestamp() AND h.id > $2 ORDER BY h.id LIMIT $3",
+        "{} WHERE h.orbit_id = $1 AND handoff_is_live(h.status, h.expires_at, clock_timestamp()) \
+           AND h.id > $2 ORDER BY h.id LIMIT $3",
         select()
     ))
     .bind::<BigInt, _>(orbit_id)

@@ -360,8 +360,9 @@ pub fn summaries(conn: &mut PgConnection, page: Cursor) -> QueryResult<Vec<Orbit
             (SELECT count(*) FROM memberships m WHERE m.orbit_id = o.id) AS members, \
             (SELECT count(*) FROM tasks t WHERE t.orbit_id = o.id AND t.status = 'OPEN') \
                 AS open_tasks, \
-            (SELECT count(*) FROM leases l WHERE l.orbit_id = o.id AND l.end_reason IS NULL \
-                AND l.expires_at > clock_timestamp()) AS leased_tasks, \
+            (SELECT count(*) FROM leases l WHERE l.orbit_id = o.id \
+                AND lease_is_active(l.end_reason, l.expires_at, clock_timestamp())) \
+                AS leased_tasks, \
             (SELECT c.created_at FROM changes c WHERE c.orbit_id = o.id \
                 AND c.revision = o.revision) AS last_change_at \
          FROM orbits o WHERE o.id > $1 ORDER BY o.id LIMIT $2",

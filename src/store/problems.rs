@@ -324,8 +324,8 @@ pub fn counters(
     let row: Option<Row> = crate::db::sql(
         "SELECT pc.tasks_open, pc.tasks_completed, pc.tasks_cancelled, \
                 (SELECT count(*) FROM leases l \
-                 WHERE l.orbit_id = $1 AND l.end_reason IS NULL \
-                   AND l.expires_at > (SELECT clock_timestamp()) \
+                 WHERE l.orbit_id = $1 \
+                   AND lease_is_active(l.end_reason, l.expires_at, (SELECT clock_timestamp())) \
                    AND (SELECT t.problem_id = $2 AND t.status = 'OPEN' \
                         FROM tasks t WHERE t.id = l.task_id)) AS tasks_leased, \
                 pc.attempt, pc.observation, pc.claim, pc.question, pc.note, \
@@ -361,7 +361,7 @@ pub fn pending_handoff_ids(
 ) -> QueryResult<Vec<i64>> {
     crate::db::sql(
         "SELECT h.id FROM handoffs h \
-         WHERE h.orbit_id = $1 AND h.status = 'PENDING' AND h.expires_at > clock_timestamp() \
+         WHERE h.orbit_id = $1 AND handoff_is_live(h.status, h.expires_at, clock_timestamp()) \
            AND (SELECT t.problem_id FROM tasks t WHERE t.id = h.task_id) = $2 \
          ORDER BY h.id LIMIT $3",
     )

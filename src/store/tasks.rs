@@ -416,7 +416,7 @@ pub fn tasks_page(
          SELECT p.*, o.revision AS m_revision, k.now AS m_now, h.until AS m_valid_until \
          FROM k CROSS JOIN orbits o CROSS JOIN LATERAL ( \
              SELECT min(x.expires_at) AS until FROM leases x \
-             WHERE x.orbit_id = o.id AND x.end_reason IS NULL AND x.expires_at > k.now \
+             WHERE x.orbit_id = o.id AND lease_is_active(x.end_reason, x.expires_at, k.now) \
          ) h LEFT JOIN LATERAL (",
         task_select!("k.now"),
         " WHERE (t.orbit_id, t.id) > ($1, $2) AND t.orbit_id = $1 \
@@ -683,8 +683,8 @@ pub fn insert_lease(
 macro_rules! end_lease_update {
     () => {
         "UPDATE leases SET \
-             released_at = CASE WHEN expires_at > $2 THEN $2 END, \
-             end_reason = CASE WHEN expires_at > $2 THEN $3 ELSE 'EXPIRED' END \
+             released_at = CASE WHEN lease_is_active(end_reason, expires_at, $2) THEN $2 END, \
+             end_reason = coalesce(lease_end_reason(end_reason, expires_at, $2), $3) \
          WHERE id = $1 AND end_reason IS NULL"
     };
 }
@@ -848,8 +848,11 @@ pub fn release_member_work(
     }
     let handoffs: Vec<Ended> = crate::db::sql(
         "UPDATE handoffs SET \
-             status = CASE WHEN expires_at > clock_timestamp() THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
-             ended_at = LEAST(expires_at, clock_timestamp()) \
+             status = CASE WHEN handoff_is_live(status, expires_at, k.now) \
+                           THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
+             ended_at = CASE WHEN handoff_is_live(status, expires_at, k.now) \
+                             THEN k.now ELSE expires_at END \
+         FROM (SELECT clock_timestamp() AS now) k \
          WHERE orbit_id = $1 AND status = 'PENDING' \
            AND (from_contributor = $2 OR to_contributor = $2) \
          RETURNING id, status AS what",
@@ -859,9 +862,11 @@ pub fn release_member_work(
     .load(conn)?;
     let leases: Vec<Ended> = crate::db::sql(
         "UPDATE leases SET \
-             released_at = CASE WHEN expires_at > clock_timestamp() THEN clock_timestamp() END, \
-             end_reason = CASE WHEN expires_at > clock_timestamp() THEN 'MEMBER_REMOVED' \
-                               ELSE 'EXPIRED' END \
+             released_at = CASE WHEN lease_is_active(end_reason, expires_at, k.now) \
+                           THEN k.now END, \
+             end_reason = coalesce(lease_end_reason(end_reason, expires_at, k.now), \
+                                   'MEMBER_REMOVED') \
+         FROM (SELECT clock_timestamp() AS now) k \
          WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
          RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what",
     )
