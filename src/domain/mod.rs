@@ -34,6 +34,7 @@ pub mod reads;
 pub mod revision;
 pub mod search;
 pub mod tasks;
+pub mod views;
 pub mod webhooks;
 pub mod write;
 

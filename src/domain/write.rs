@@ -122,12 +122,10 @@ pub fn page_bytes<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<Vec<u
     })
 }
 
-/// A public list page of one orbit, through the list cache (`src/perf/listcache.rs`): on
-/// one pool checkout, the presented token is checked as in [`public_read`], then
-/// one statement reads the orbit (404 if absent), its revision and the clock; a
-/// cached page whose stamp holds at them is answered as is. Otherwise `page` reads
-/// the page with its stamp in one statement, and the body is kept for the next
-/// reads. `params` are the list's query parameters with defaults applied.
+/// A public list page of one orbit, through the list cache ([`cached_page`]): the
+/// presented token is checked as in [`public_read`]; on a miss, `page` reads the
+/// page with its stamp in one statement, and the body is its JSON. `params` are the
+/// list's query parameters with defaults applied.
 pub async fn public_list<T, F>(
     core: &Core,
     bearer: Bearer,
@@ -142,14 +140,47 @@ where
         + Send
         + 'static,
 {
+    let read = move |conn: &mut PgConnection, orbit: &listcache::Probe| -> TxResult<_> {
+        Ok(page(conn, orbit.id)?.ok_or(ApiError::not_found("Orbit"))?)
+    };
+    cached_page(core, Some(bearer), reference, route, params, read, |rows| {
+        Ok(Bytes::from(page_bytes(&rows)?))
+    })
+    .await
+}
+
+/// One orbit's page through the list cache (`src/perf/listcache.rs`), the one
+/// protocol of every cached body (the API's lists, the orbit page for people): on
+/// one pool checkout, `bearer` (if the route reads one) is checked as in
+/// [`public_read`], then one statement reads the orbit (404 if absent), its
+/// revision and the clock; a body kept for `route` and `params` whose stamp holds
+/// at them is answered as is. Otherwise `read` reads what the page shows and its
+/// stamp, `render` makes the body (after the checkout), and the body is kept for
+/// the next reads.
+pub async fn cached_page<T, F, R>(
+    core: &Core,
+    bearer: Option<Bearer>,
+    reference: String,
+    route: ListRoute,
+    params: String,
+    read: F,
+    render: R,
+) -> ApiResult<Bytes>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection, &listcache::Probe) -> TxResult<(T, Stamp)> + Send + 'static,
+    R: FnOnce(T) -> ApiResult<Bytes>,
+{
     enum Read<T> {
         Hit(Bytes),
-        Miss(ListKey, crate::model::Page<T>, Stamp),
+        Miss(ListKey, T, Stamp),
     }
     let tokens = core.tokens.clone();
     let cache = core.list_cache.clone();
-    let read = db::read(&core.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
+    let found = db::read(&core.pool, move |conn| {
+        if let Some(bearer) = bearer {
+            bearer.optional(conn, &tokens)?;
+        }
         let orbit = listcache::probe(conn, &reference)?.ok_or(ApiError::not_found("Orbit"))?;
         let key = ListKey {
             route,
@@ -159,14 +190,14 @@ where
         if let Some(body) = cache.get(&key, orbit.revision, orbit.now) {
             return Ok(Read::Hit(body));
         }
-        let (rows, stamp) = page(conn, orbit.id)?.ok_or(ApiError::not_found("Orbit"))?;
-        Ok(Read::Miss(key, rows, stamp))
+        let (value, stamp) = read(conn, &orbit)?;
+        Ok(Read::Miss(key, value, stamp))
     })
     .await?;
-    match read {
+    match found {
         Read::Hit(body) => Ok(body),
-        Read::Miss(key, rows, stamp) => {
-            let body = Bytes::from(page_bytes(&rows)?);
+        Read::Miss(key, value, stamp) => {
+            let body = render(value)?;
             core.list_cache.put(key, stamp, body.clone());
             Ok(body)
         }

@@ -10,10 +10,11 @@ use serde::Deserialize;
 
 use crate::domain::auth::Bearer;
 use crate::domain::search::{self, Hit, SearchQuery};
+use crate::domain::views::{self, ContributorView};
 use crate::http::api::State;
 use crate::model::Cursor;
-use crate::store::changes::{self as changes_store, ContributorChange};
-use crate::store::orbits::{self as orbit_store, OrbitSummary};
+use crate::store::changes::{ActivityCursor, ContributorChange};
+use crate::store::orbits::OrbitSummary;
 
 use super::layout::{self, badge, pager, when};
 use super::orbit::change_line;
@@ -34,11 +35,7 @@ async fn index_page(state: State, req: HttpRequest) -> PageResult {
     let q: AfterQuery = query(&req)?;
     let after = position("after", q.after)?.unwrap_or(0);
     let cursor = Cursor { after, limit: PAGE };
-    let rows = read(&state, move |conn| {
-        Ok(orbit_store::summaries(conn, cursor)?)
-    })
-    .await?;
-    let page = cursor.page(rows, |o| o.id);
+    let page = read(&state, move |conn| views::orbits(conn, cursor)).await?;
     let now = Utc::now();
     Ok(layout::page(
         "The commons",
@@ -274,28 +271,18 @@ async fn contributor_page(state: State, segment: String, req: HttpRequest) -> Pa
             ))
         }
         None => None,
-        Some(s) => Some(changes_store::ActivityCursor {
+        Some(s) => Some(ActivityCursor {
             at: DateTime::parse_from_rfc3339(s)
                 .map_err(|_| PageError::bad_request("`before` must be an RFC 3339 instant."))?
                 .with_timezone(&Utc),
             change,
         }),
     };
-    let (who, orbits, activity) = read(&state, move |conn| {
-        let who = crate::store::contributors::find(conn, id)?
-            .ok_or(crate::error::ApiError::not_found("Contributor"))?;
-        let orbits = orbit_store::memberships_of(
-            conn,
-            id,
-            Cursor {
-                after: 0,
-                limit: 100,
-            },
-        )?;
-        let activity = changes_store::of_contributor(conn, id, before, PAGE + 1)?;
-        Ok((who, orbits, activity))
-    })
-    .await?;
+    let ContributorView {
+        who,
+        orbits,
+        activity,
+    } = read(&state, move |conn| views::contributor(conn, id, before)).await?;
     let now = Utc::now();
     let more = activity.len() as i64 > PAGE;
     let activity: Vec<ContributorChange> = activity.into_iter().take(PAGE as usize).collect();

@@ -17,16 +17,14 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use similar::{ChangeTag, TextDiff};
 
+use crate::domain::views::{self, ContributionView};
 use crate::error::ApiError;
 use crate::http::api::State;
-use crate::model::Cursor;
-use crate::store::contributions::{
-    self as contribution_store, Assessment, ContributionRevision, VerdictCounts,
-};
+use crate::store::contributions::{Assessment, ContributionRevision, VerdictCounts};
 
 use super::layout::{self, actor, badge, pager, when};
 use super::orbit::contribution_list;
-use super::{orbit_of, path_id, position, query, read, respond, PageResult, PAGE};
+use super::{path_id, position, query, read, respond, PageResult, PAGE};
 
 /// `/o/{slug}/problems/{id}`.
 pub async fn problem(state: State, path: web::Path<(String, String)>) -> HttpResponse {
@@ -36,15 +34,7 @@ pub async fn problem(state: State, path: web::Path<(String, String)>) -> HttpRes
 
 async fn problem_page(state: State, slug: String, segment: String) -> PageResult {
     let id = path_id(&segment, "Problem")?;
-    let (orbit, o) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let overview = crate::domain::problems::overview(conn, id)?;
-        if overview.problem.orbit_id != orbit.id {
-            return Err(ApiError::not_found("Problem").into());
-        }
-        Ok((orbit, overview))
-    })
-    .await?;
+    let (orbit, o) = read(&state, move |conn| views::problem(conn, &slug, id)).await?;
     let now = Utc::now();
     let base = format!("/o/{}", orbit.slug);
     let p = &o.problem;
@@ -155,48 +145,21 @@ async fn contribution_page(
     let id = path_id(&segment, "Contribution")?;
     let q: RevisionsQuery = query(&req)?;
     let upto = position("upto", q.upto)?;
-    let (orbit, c, revisions) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let c = contribution_store::contribution(conn, id)?
-            .filter(|c| c.orbit_id == orbit.id)
-            .ok_or(ApiError::not_found("Contribution"))?;
-        let upto = upto.unwrap_or(c.revision).clamp(1, c.revision);
-        // The page's revisions and the one before the oldest of them (for its diff).
-        let after = (upto - PAGE - 1).max(0);
-        let rows = contribution_store::revisions(
-            conn,
-            id,
-            Cursor {
-                after,
-                limit: upto - after,
-            },
-        )?;
-        let mut revisions = Vec::with_capacity(rows.len());
-        for r in rows.into_iter().filter(|r| r.revision <= upto) {
-            let assessments = contribution_store::assessments(
-                conn,
-                id,
-                Some(r.revision),
-                Cursor {
-                    after: 0,
-                    limit: 100,
-                },
-            )?;
-            revisions.push((r, assessments));
-        }
-        Ok((orbit, c, revisions))
+    let view = read(&state, move |conn| {
+        views::contribution(conn, &slug, id, upto)
     })
     .await?;
-    web::block(move || render_contribution(orbit, c, revisions))
+    web::block(move || render_contribution(view))
         .await
         .map_err(|_| ApiError::internal().into())
 }
 
-fn render_contribution(
-    orbit: crate::store::orbits::Orbit,
-    c: contribution_store::Contribution,
-    revisions: Vec<(ContributionRevision, Vec<Assessment>)>,
-) -> Markup {
+fn render_contribution(view: ContributionView) -> Markup {
+    let ContributionView {
+        orbit,
+        contribution: c,
+        revisions,
+    } = view;
     let now = Utc::now();
     let base = format!("/o/{}", orbit.slug);
     // Newest first; each beside the revision before it. At most PAGE + 1 were read:

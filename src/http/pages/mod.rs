@@ -1,6 +1,6 @@
 //! Pages for people (contract section 16): server-rendered HTML at `/`, beside the
-//! API. Each handler parses its path and query, reads with the same store and
-//! domain functions the API uses (one pool checkout, `db::read`), and renders with
+//! API. Each handler parses its path and query, reads what its page shows with one
+//! function of `domain::views` (one pool checkout, `db::read`), and renders with
 //! maud, which escapes every interpolated string: all content is untrusted and is
 //! only ever shown as text. This module owns the pages' route table, their error
 //! pages (unknown slug or id → HTML 404, bad query → HTML 400, never a 5xx for what
@@ -28,10 +28,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
     img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; \
     frame-ancestors 'none'";
 
-/// Rows a page shows of one list before it links to the next page.
-pub const PAGE: i64 = 25;
-/// Cards per column of the orbit page's board before it links to the full list.
-pub const BOARD: i64 = 12;
+pub use crate::domain::views::{BOARD, PAGE};
 
 /// Registers the pages. `/o/...` paths that match no page get the HTML 404; a page
 /// path asked with another method than GET (or HEAD) gets the HTML 405 with `Allow`.
@@ -263,12 +260,4 @@ where
     crate::db::read(&state.pool, work)
         .await
         .map_err(PageError::from)
-}
-
-/// The orbit a page's path names by slug (or id), or the page's 404.
-pub fn orbit_of(
-    conn: &mut diesel::PgConnection,
-    slug: &str,
-) -> crate::db::TxResult<crate::store::orbits::Orbit> {
-    crate::store::orbits::find(conn, slug)?.ok_or_else(|| ApiError::not_found("Orbit").into())
 }

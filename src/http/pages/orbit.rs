@@ -2,109 +2,36 @@
 //! problems, latest contributions, members and activity feed, each section a
 //! `data-live` region the live script swaps on a change. And the long lists behind
 //! it, paged: `/o/{slug}/tasks?state=`, `/activity`, `/members`, `/problems`,
-//! `/contributions`. Reads are the API's store functions (`tasks_page` is the very
-//! query behind `GET /orbits/{orbit}/tasks`).
+//! `/contributions`. What each shows is read by `domain::views`.
 
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use diesel::PgConnection;
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use crate::db::TxResult;
+use crate::domain::views::{self, Column, OrbitView};
 use crate::http::api::State;
 use crate::model::{Cursor, Page};
-use crate::perf::listcache::{self, ListKey, ListRoute, Stamp};
-use crate::store::changes::{self as changes_store, ChangeOut};
-use crate::store::contributions::{self as contribution_store, Contribution};
-use crate::store::handoffs::{self as handoff_store, Handoff};
-use crate::store::orbits::{self as orbit_store, Member, Orbit};
-use crate::store::problems::{self as problem_store, Problem};
-use crate::store::tasks::{self as task_store, Task};
+use crate::perf::listcache::{self, ListRoute, Stamp};
+use crate::store::changes::ChangeOut;
+use crate::store::contributions::Contribution;
+use crate::store::handoffs::Handoff;
+use crate::store::orbits::{Member, Orbit};
+use crate::store::problems::Problem;
+use crate::store::tasks::Task;
 
 use super::layout::{self, actor, badge, pager, when, Live};
-use super::{orbit_of, position, query, read, respond, PageResult, BOARD, PAGE};
+use super::{position, query, read, respond, PageResult, BOARD, PAGE};
 
-/// The four columns of the board, as `tasks_page` filters them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum State4 {
-    Open,
-    Leased,
-    Completed,
-    Cancelled,
-}
-
-impl State4 {
-    const ALL: [State4; 4] = [
-        State4::Open,
-        State4::Leased,
-        State4::Completed,
-        State4::Cancelled,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            State4::Open => "OPEN",
-            State4::Leased => "LEASED",
-            State4::Completed => "COMPLETED",
-            State4::Cancelled => "CANCELLED",
-        }
+/// What a column of the board holds, in a line under its heading.
+fn explain(column: Column) -> &'static str {
+    match column {
+        Column::Open => "Waiting for someone to lease them.",
+        Column::Leased => "Being worked on under a lease.",
+        Column::Completed => "Done.",
+        Column::Cancelled => "Called off.",
     }
-
-    /// `(status, leased)` for `store::tasks::tasks_page`.
-    fn filter(self) -> (&'static str, Option<bool>) {
-        match self {
-            State4::Open => ("OPEN", Some(false)),
-            State4::Leased => ("OPEN", Some(true)),
-            State4::Completed => ("COMPLETED", None),
-            State4::Cancelled => ("CANCELLED", None),
-        }
-    }
-
-    fn explain(self) -> &'static str {
-        match self {
-            State4::Open => "Waiting for someone to lease them.",
-            State4::Leased => "Being worked on under a lease.",
-            State4::Completed => "Done.",
-            State4::Cancelled => "Called off.",
-        }
-    }
-}
-
-/// One column of the board: a page of the orbit's tasks in that state, and until
-/// when the orbit's active leases keep it exact (`None`: no active lease).
-fn column_until(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    state: State4,
-    cursor: Cursor,
-) -> TxResult<(Page<Task>, Option<DateTime<Utc>>)> {
-    let (status, leased) = state.filter();
-    let (rows, until) = task_store::tasks_page(conn, orbit_id, Some(status), leased, cursor)?
-        .map(|(rows, stamp)| (rows, stamp.m_valid_until))
-        .unwrap_or_default();
-    Ok((cursor.page(rows, |t| t.id), until))
-}
-
-fn column(
-    conn: &mut PgConnection,
-    orbit_id: i64,
-    state: State4,
-    cursor: Cursor,
-) -> TxResult<Page<Task>> {
-    Ok(column_until(conn, orbit_id, state, cursor)?.0)
-}
-
-struct OrbitView {
-    orbit: Orbit,
-    board: Vec<(State4, Page<Task>)>,
-    handoffs: Page<Handoff>,
-    problems: Page<Problem>,
-    contributions: Vec<Contribution>,
-    members: Page<Member>,
-    feed: Vec<ChangeOut>,
 }
 
 /// How long a rendered orbit page is kept at most, even with nothing expiring: its
@@ -112,53 +39,10 @@ struct OrbitView {
 /// live script corrects them at load).
 const PAGE_FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
-/// Everything the orbit page shows, on one connection, and the moment after which
-/// time alone could change it (a lease or a handoff running out). The orbit row is
-/// read first, so the feed never shows a revision the page's `data-live-after`
-/// skips, and so the page's revision is never newer than what it shows.
-fn orbit_view(conn: &mut PgConnection, orbit_id: i64) -> TxResult<(OrbitView, DateTime<Utc>)> {
-    let orbit = crate::store::orbits::find_by_id(conn, orbit_id)?
-        .ok_or(crate::error::ApiError::not_found("Orbit"))?;
-    let first = |limit| Cursor { after: 0, limit };
-    let mut board = Vec::with_capacity(4);
-    let mut until: Option<DateTime<Utc>> = None;
-    for state in State4::ALL {
-        let (tasks, column_until) = column_until(conn, orbit.id, state, first(BOARD))?;
-        until = until.into_iter().chain(column_until).min();
-        board.push((state, tasks));
-    }
-    let handoffs = first(BOARD).page(
-        handoff_store::pending_of_orbit(conn, orbit.id, first(BOARD))?,
-        |h| h.id,
-    );
-    let problems = first(BOARD).page(
-        problem_store::problems_of_orbit(conn, orbit.id, None, first(BOARD))?,
-        |p| p.id,
-    );
-    let contributions = contribution_store::latest_of_orbit(conn, orbit.id, None, BOARD + 1)?;
-    let members = first(BOARD).page(orbit_store::members(conn, orbit.id, first(BOARD))?, |m| {
-        m.contributor.id
-    });
-    let feed = changes_store::latest(conn, orbit.id, orbit.revision, PAGE)?;
-    let until = until
-        .into_iter()
-        .chain(handoffs.data.iter().map(|h| h.expires_at))
-        .min();
-    let view = OrbitView {
-        orbit,
-        board,
-        handoffs,
-        problems,
-        contributions,
-        members,
-        feed,
-    };
-    Ok((view, until.unwrap_or(DateTime::<Utc>::MAX_UTC)))
-}
-
-/// `/o/{slug}`, through the list cache (`perf::listcache`, as the API's task list):
-/// one statement reads the orbit's revision and the clock, and a page rendered at
-/// that revision whose stamp still holds is sent again as it was. A write to the
+/// `/o/{slug}`, through the list cache as the API's lists
+/// (`domain::write::cached_page`): one statement reads the orbit's revision and the
+/// clock, and a page rendered at that revision whose stamp still holds is sent
+/// again as it was. A write to the
 /// orbit advances its revision, so it is never served stale; time alone ends it at
 /// the first lease or handoff expiry it shows, or after `PAGE_FRESH`.
 pub async fn orbit(state: State, path: web::Path<String>) -> HttpResponse {
@@ -169,39 +53,27 @@ pub async fn orbit(state: State, path: web::Path<String>) -> HttpResponse {
 }
 
 async fn orbit_cached(state: State, slug: String) -> Result<Bytes, super::PageError> {
-    enum Read {
-        Hit(Bytes),
-        Miss(ListKey, Box<OrbitView>, Stamp),
-    }
-    let cache = state.list_cache.clone();
-    let read = read(&state, move |conn| {
-        let probe =
-            listcache::probe(conn, &slug)?.ok_or(crate::error::ApiError::not_found("Orbit"))?;
-        let key = ListKey {
-            route: ListRoute::OrbitPage,
-            orbit_id: probe.id,
-            params: String::new(),
-        };
-        if let Some(body) = cache.get(&key, probe.revision, probe.now) {
-            return Ok(Read::Hit(body));
-        }
-        let (view, until) = orbit_view(conn, probe.id)?;
+    let read = |conn: &mut diesel::PgConnection, probe: &listcache::Probe| {
+        let (view, until) = views::orbit_view(conn, probe.id)?;
         let stamp = Stamp {
             m_revision: view.orbit.revision,
             m_now: probe.now,
             m_valid_until: Some(until.min(probe.now + PAGE_FRESH)),
         };
-        Ok(Read::Miss(key, Box::new(view), stamp))
-    })
+        Ok((view, stamp))
+    };
+    let render = |view: OrbitView| Ok(Bytes::from(orbit_markup(&view).into_string()));
+    let body = crate::domain::write::cached_page(
+        &state,
+        None,
+        slug,
+        ListRoute::OrbitPage,
+        String::new(),
+        read,
+        render,
+    )
     .await?;
-    match read {
-        Read::Hit(body) => Ok(body),
-        Read::Miss(key, view, stamp) => {
-            let body = Bytes::from(orbit_markup(&view).into_string());
-            state.list_cache.put(key, stamp, body.clone());
-            Ok(body)
-        }
-    }
+    Ok(body)
 }
 
 fn orbit_markup(v: &OrbitView) -> Markup {
@@ -285,13 +157,13 @@ fn orbit_header(o: &Orbit, now: DateTime<Utc>) -> Markup {
     }
 }
 
-fn board_column(base: &str, state: State4, tasks: &Page<Task>, now: DateTime<Utc>) -> Markup {
+fn board_column(base: &str, state: Column, tasks: &Page<Task>, now: DateTime<Utc>) -> Markup {
     let label = state.label();
     let id = format!("col-{}", label.to_ascii_lowercase());
     html! {
         section class={ "column c-" (label.to_ascii_lowercase()) } aria-labelledby=(id) {
             h3 #(id) { (badge(label)) }
-            p.explain { (state.explain()) }
+            p.explain { (explain(state)) }
             @if tasks.data.is_empty() {
                 p.empty { "None." }
             } @else {
@@ -443,7 +315,7 @@ pub fn change_line(slug: &str, c: &ChangeOut, now: DateTime<Utc>, with_orbit: bo
 
 #[derive(Deserialize)]
 struct TasksQuery {
-    state: Option<State4>,
+    state: Option<Column>,
     after: Option<i64>,
 }
 
@@ -455,13 +327,11 @@ pub async fn tasks(state: State, path: web::Path<String>, req: HttpRequest) -> H
 
 async fn tasks_page(state: State, slug: String, req: HttpRequest) -> PageResult {
     let q: TasksQuery = query(&req)?;
-    let which = q.state.unwrap_or(State4::Open);
+    let which = q.state.unwrap_or(Column::Open);
     let after = position("after", q.after)?.unwrap_or(0);
     let cursor = Cursor { after, limit: PAGE };
     let (orbit, page) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let page = column(conn, orbit.id, which, cursor)?;
-        Ok((orbit, page))
+        views::orbit_tasks(conn, &slug, which, cursor)
     })
     .await?;
     let now = Utc::now();
@@ -472,7 +342,7 @@ async fn tasks_page(state: State, slug: String, req: HttpRequest) -> PageResult 
         &format!("{label} tasks"),
         html! {
             nav.tabs aria-label="Task states" {
-                @for s in State4::ALL {
+                @for s in Column::ALL {
                     a href={ (base) "/tasks?state=" (s.label()) } aria-current=[(s == which).then_some("page")] { (s.label()) }
                 }
             }
@@ -498,10 +368,7 @@ async fn activity_page(state: State, slug: String, req: HttpRequest) -> PageResu
     let q: BeforeQuery = query(&req)?;
     let before = position("before", q.before)?;
     let (orbit, changes) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let before = before.unwrap_or(orbit.revision).min(orbit.revision);
-        let changes = changes_store::latest(conn, orbit.id, before, PAGE)?;
-        Ok((orbit, changes))
+        views::orbit_activity(conn, &slug, before)
     })
     .await?;
     let now = Utc::now();
@@ -533,9 +400,7 @@ async fn members_page(state: State, slug: String, req: HttpRequest) -> PageResul
         limit: PAGE,
     };
     let (orbit, page) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let rows = orbit_store::members(conn, orbit.id, cursor)?;
-        Ok((orbit, cursor.page(rows, |m| m.contributor.id)))
+        views::orbit_members(conn, &slug, cursor)
     })
     .await?;
     let next = page
@@ -561,9 +426,7 @@ async fn problems_page(state: State, slug: String, req: HttpRequest) -> PageResu
         limit: PAGE,
     };
     let (orbit, page) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let rows = problem_store::problems_of_orbit(conn, orbit.id, None, cursor)?;
-        Ok((orbit, cursor.page(rows, |p| p.id)))
+        views::orbit_problems(conn, &slug, cursor)
     })
     .await?;
     let now = Utc::now();
@@ -592,9 +455,7 @@ async fn contributions_page(state: State, slug: String, req: HttpRequest) -> Pag
     let q: BeforeQuery = query(&req)?;
     let before = position("before", q.before)?;
     let (orbit, rows) = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let rows = contribution_store::latest_of_orbit(conn, orbit.id, before, PAGE + 1)?;
-        Ok((orbit, rows))
+        views::orbit_contributions(conn, &slug, before)
     })
     .await?;
     let now = Utc::now();

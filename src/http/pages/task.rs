@@ -1,38 +1,27 @@
 //! A task's page (`/o/{slug}/tasks/{id}`): the task, its lease history as a
 //! timeline, its checkpoints with their state as indented JSON text, and its
-//! handoffs with their outcome. The reads are the API's (`domain::reads::task`,
-//! `domain::reads::checkpoints`, the store's lease and handoff lists); the lists
-//! page with `?leases_after=`, `?checkpoints_after=`, `?handoffs_after=`.
+//! handoffs with their outcome, as `domain::views::task` reads them; the lists page
+//! with `?leases_after=`, `?checkpoints_after=`, `?handoffs_after=`.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use crate::domain::reads;
-use crate::error::ApiError;
+use crate::domain::views::{self, TaskCursors};
 use crate::http::api::State;
-use crate::model::{Cursor, Page};
-use crate::store::handoffs::{self as handoff_store, Handoff};
-use crate::store::tasks::{self as task_store, Checkpoint, Lease, Task};
+use crate::model::Cursor;
+use crate::store::handoffs::Handoff;
+use crate::store::tasks::{Checkpoint, Lease};
 
 use super::layout::{self, actor, badge, pager, when, Live};
-use super::{orbit_of, path_id, position, query, read, respond, PageResult, PAGE};
+use super::{path_id, position, query, read, respond, PageResult, PAGE};
 
 #[derive(Deserialize)]
 struct TaskQuery {
     leases_after: Option<i64>,
     checkpoints_after: Option<i64>,
     handoffs_after: Option<i64>,
-}
-
-struct TaskView {
-    orbit: crate::store::orbits::Orbit,
-    task: Task,
-    problem: Option<crate::store::problems::Problem>,
-    leases: Page<Lease>,
-    checkpoints: Page<Checkpoint>,
-    handoffs: Page<Handoff>,
 }
 
 /// `/o/{slug}/tasks/{id}`.
@@ -54,34 +43,12 @@ async fn task_page(state: State, slug: String, segment: String, req: HttpRequest
             limit: PAGE,
         })
     };
-    let (lc, cc, hc) = (
-        cursor(q.leases_after, "leases_after")?,
-        cursor(q.checkpoints_after, "checkpoints_after")?,
-        cursor(q.handoffs_after, "handoffs_after")?,
-    );
-    let v = read(&state, move |conn| {
-        let orbit = orbit_of(conn, &slug)?;
-        let task = reads::task(conn, id)?;
-        if task.orbit_id != orbit.id {
-            return Err(ApiError::not_found("Task").into());
-        }
-        let problem = match task.problem_id {
-            Some(p) => crate::store::problems::problem(conn, p)?,
-            None => None,
-        };
-        let leases = lc.page(task_store::leases_of_task(conn, id, lc)?, |l| l.id);
-        let checkpoints = reads::checkpoints(conn, id, cc)?;
-        let handoffs = hc.page(handoff_store::handoffs_of_task(conn, id, hc)?, |h| h.id);
-        Ok(TaskView {
-            orbit,
-            task,
-            problem,
-            leases,
-            checkpoints,
-            handoffs,
-        })
-    })
-    .await?;
+    let at = TaskCursors {
+        leases: cursor(q.leases_after, "leases_after")?,
+        checkpoints: cursor(q.checkpoints_after, "checkpoints_after")?,
+        handoffs: cursor(q.handoffs_after, "handoffs_after")?,
+    };
+    let v = read(&state, move |conn| views::task(conn, &slug, id, at)).await?;
     let now = Utc::now();
     let t = &v.task;
     let base = format!("/o/{}", v.orbit.slug);
