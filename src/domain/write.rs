@@ -3,7 +3,8 @@
 //! `gate.claim`, fence, effect, `gate.record`) → the stored response → commit —
 //! first as a quick write when the operation has one (`perf::quick`). Also the one
 //! public read (one pool checkout, an optional token checked first) and the one
-//! public list of an orbit through the list cache (`public_list`).
+//! way a page of an orbit goes through the list cache (`cached_page`: the API's
+//! lists by `public_list`, the orbit page for people).
 
 use std::sync::atomic::Ordering;
 
