@@ -195,20 +195,33 @@ impl From<LeaseRow> for Lease {
     }
 }
 
+/// A lease as the API shows it (`l` the lease, `c` its holder), read at `k.now`: one
+/// clock reading for the statement (`clock!()`), so `end_reason` and `is_active`
+/// never disagree.
 macro_rules! lease_columns {
     () => {
         "l.id, l.task_id, l.lease_version, l.acquired_at, l.expires_at, \
         l.renewed_at, l.released_at, \
-        lease_end_reason(l.end_reason, l.expires_at, clock_timestamp()) AS end_reason, \
-        lease_is_active(l.end_reason, l.expires_at, clock_timestamp()) AS is_active, \
+        lease_end_reason(l.end_reason, l.expires_at, k.now) AS end_reason, \
+        lease_is_active(l.end_reason, l.expires_at, k.now) AS is_active, \
         c.id AS c_id, c.type AS c_type, c.name AS c_name, c.model_claim AS c_model_claim"
     };
 }
 
+/// The CTE `k` of [`lease_columns`]: the clock read once (MATERIALIZED: an inlined
+/// one could be evaluated again for every row).
+macro_rules! clock {
+    () => {
+        "k AS MATERIALIZED (SELECT clock_timestamp() AS now)"
+    };
+}
+
 const LEASE_SELECT: &str = concat!(
-    "SELECT ",
+    "WITH ",
+    clock!(),
+    " SELECT ",
     lease_columns!(),
-    " FROM leases l JOIN contributors c ON c.id = l.contributor_id"
+    " FROM k CROSS JOIN leases l JOIN contributors c ON c.id = l.contributor_id"
 );
 
 pub fn lease(conn: &mut PgConnection, id: i64) -> QueryResult<Option<Lease>> {
@@ -665,9 +678,11 @@ pub fn insert_lease(
                                  expires_at) \
              SELECT b.id, $2, $3, $4, $5, $5 + make_interval(secs => $6) FROM bumped b \
              RETURNING * \
-         ) SELECT ",
+         ), ",
+        clock!(),
+        " SELECT ",
         lease_columns!(),
-        " FROM l JOIN contributors c ON c.id = l.contributor_id"
+        " FROM k CROSS JOIN l JOIN contributors c ON c.id = l.contributor_id"
     ))
     .bind::<BigInt, _>(task_id)
     .bind::<BigInt, _>(orbit_id)
@@ -716,9 +731,11 @@ pub fn renew_lease(
         "WITH l AS ( \
              UPDATE leases SET renewed_at = $2, expires_at = $2 + make_interval(secs => $3) \
              WHERE id = $1 RETURNING * \
-         ) SELECT ",
+         ), ",
+        clock!(),
+        " SELECT ",
         lease_columns!(),
-        " FROM l JOIN contributors c ON c.id = l.contributor_id"
+        " FROM k CROSS JOIN l JOIN contributors c ON c.id = l.contributor_id"
     ))
     .bind::<BigInt, _>(lease_id)
     .bind::<Timestamptz, _>(now)
@@ -737,9 +754,11 @@ pub fn end_lease_returning(
     crate::db::sql(concat!(
         "WITH l AS (",
         end_lease_update!(),
-        " RETURNING *) SELECT ",
+        " RETURNING *), ",
+        clock!(),
+        " SELECT ",
         lease_columns!(),
-        " FROM l JOIN contributors c ON c.id = l.contributor_id"
+        " FROM k CROSS JOIN l JOIN contributors c ON c.id = l.contributor_id"
     ))
     .bind::<BigInt, _>(lease_id)
     .bind::<Timestamptz, _>(now)
@@ -846,30 +865,32 @@ pub fn release_member_work(
         #[diesel(sql_type = Text)]
         what: String,
     }
-    let handoffs: Vec<Ended> = crate::db::sql(
-        "UPDATE handoffs SET \
+    let handoffs: Vec<Ended> = crate::db::sql(concat!(
+        "WITH ",
+        clock!(),
+        " UPDATE handoffs SET \
              status = CASE WHEN handoff_is_live(status, expires_at, k.now) \
                            THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
              ended_at = CASE WHEN handoff_is_live(status, expires_at, k.now) \
                              THEN k.now ELSE expires_at END \
-         FROM (SELECT clock_timestamp() AS now) k \
-         WHERE orbit_id = $1 AND status = 'PENDING' \
+         FROM k WHERE orbit_id = $1 AND status = 'PENDING' \
            AND (from_contributor = $2 OR to_contributor = $2) \
-         RETURNING id, status AS what",
-    )
+         RETURNING id, status AS what"
+    ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
     .load(conn)?;
-    let leases: Vec<Ended> = crate::db::sql(
-        "UPDATE leases SET \
+    let leases: Vec<Ended> = crate::db::sql(concat!(
+        "WITH ",
+        clock!(),
+        " UPDATE leases SET \
              released_at = CASE WHEN lease_is_active(end_reason, expires_at, k.now) \
                            THEN k.now END, \
              end_reason = coalesce(lease_end_reason(end_reason, expires_at, k.now), \
                                    'MEMBER_REMOVED') \
-         FROM (SELECT clock_timestamp() AS now) k \
-         WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
-         RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what",
-    )
+         FROM k WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
+         RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what"
+    ))
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
     .load(conn)?;

@@ -468,6 +468,43 @@ async fn removing_a_member_ends_its_lease_and_supersedes_its_handoffs() {
     );
 }
 
+/// A removal ends all of a member's leases at one instant: each ending reads the
+/// clock once for the statement, not once per row and expression (a lease's
+/// `released_at` and its `MEMBER_REMOVED` must agree on whether it was active).
+#[tokio::test]
+async fn removing_a_member_ends_all_its_leases_at_one_instant() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "instant", 1).await;
+    let member = &c.members[0];
+    for i in 0..40 {
+        let t = task(&app, member, c.orbit, &format!("t{i}")).await;
+        lease(&app, member, t, 900).await;
+    }
+    let r = app
+        .send(
+            Method::DELETE,
+            &format!("/api/v1/orbits/{}/members/{}", c.orbit, member.id),
+            Some(&c.owner.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut conn = app.db.conn();
+    let count = |conn: &mut diesel::PgConnection, what: &str| {
+        crate::harness::sql_i64(
+            conn,
+            &format!(
+                "SELECT count({what})::bigint AS n FROM leases \
+                 WHERE contributor_id = {} AND end_reason = 'MEMBER_REMOVED'",
+                member.id
+            ),
+        )
+    };
+    assert_eq!(count(&mut conn, "*"), 40);
+    assert_eq!(count(&mut conn, "DISTINCT released_at"), 1);
+}
+
 #[tokio::test]
 async fn mailboxes_list_inbox_and_outbox() {
     let app = TestApp::spawn().await;
