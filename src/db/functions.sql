@@ -185,8 +185,10 @@ $$;
 -- out. The one statement of that rule: every query, verdict and ending in SQL asks
 -- it (or `lease_end_reason`, built on it), and the service reads its answer
 -- (`domain::fence`'s `OpenLease::active`, the store's `is_active`) rather than
--- comparing times itself. IMMUTABLE (the clock is an argument), so the planner
--- inlines it: an index whose predicate is `end_reason IS NULL` still serves it.
+-- comparing times itself (a unit test in `domain::fence` looks for any other
+-- comparison of an expiry). One SQL expression, which the planner inlines: an index
+-- whose predicate is `end_reason IS NULL` still serves it. IMMUTABLE: the clock is
+-- an argument.
 CREATE OR REPLACE FUNCTION lease_is_active(p_end_reason text, p_expires timestamptz,
                                            p_now timestamptz)
 RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
@@ -206,8 +208,10 @@ $$;
 
 -- Whether a handoff is live at `p_now`: PENDING and not run out. A live handoff
 -- fences its giver and may be accepted; a PENDING one past its expiry reads as
--- EXPIRED (`handoff_status`) and is ended so when the task is next written. The
--- one statement of that rule, as `lease_is_active` is of a lease's.
+-- EXPIRED (`handoff_status`), and is recorded so by the next write that ends the
+-- task's pending handoff (an acquire, an offer, a completion, a cancellation, a
+-- member's removal). The one statement of that rule, as `lease_is_active` is of a
+-- lease's.
 CREATE OR REPLACE FUNCTION handoff_is_live(p_status text, p_expires timestamptz,
                                            p_now timestamptz)
 RETURNS boolean LANGUAGE sql IMMUTABLE AS $$

@@ -561,49 +561,108 @@ pub fn handed_off(handoff_id: i64, to: Option<i64>) -> ApiError {
 
 #[cfg(test)]
 mod tests {
+    /// The code of `file` as one line: comment lines dropped (and SQL comments),
+    /// string continuations and line breaks joined, the unit tests cut off, and
+    /// the definitions of the rules themselves taken out of functions.sql.
+    fn code_of(file: &std::path::Path) -> String {
+        let text = std::fs::read_to_string(file).expect("read");
+        let text = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        let sql = file.extension().is_some_and(|e| e == "sql");
+        let mut code = String::new();
+        for line in text.lines() {
+            let line = match line.find("--") {
+                Some(at) if sql => &line[..at],
+                _ => line,
+            };
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            code.push_str(line.trim().trim_end_matches('\\'));
+            code.push(' ');
+        }
+        for rule in [
+            "lease_is_active",
+            "lease_end_reason",
+            "handoff_is_live",
+            "handoff_status",
+        ] {
+            let start = format!("CREATE OR REPLACE FUNCTION {rule}(");
+            if let Some(at) = code.find(&start) {
+                let end = code[at..].find("$$;").map_or(code.len(), |e| at + e);
+                code.replace_range(at..end, "");
+            }
+        }
+        code
+    }
+
     /// Whether a lease is active, and a handoff live, is decided in one place each
-    /// (`lease_is_active` and `handoff_is_live`, src/db/functions.sql, which compare
-    /// their `p_expires`): no query or Rust code compares an `expires_at` itself.
-    /// Only an Idempotency-Key's retention, a rule of its own, does.
+    /// (`lease_is_active` and `handoff_is_live`, src/db/functions.sql): no other query
+    /// or Rust code of the service compares an expiry (any name with `expires` in it)
+    /// with `<`, `>`, `<=`, `>=` or a comparison method. Only an Idempotency-Key's
+    /// retention, a rule of its own, does.
     #[test]
     fn no_code_compares_an_expiry_itself() {
-        let mut files = crate::error::source_files();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = crate::error::source_files();
         files.push(root.join("src/db/functions.sql"));
         let allowed = [
             "WHERE k.expires_at <= clock_timestamp()",
             "idempotency_keys WHERE expires_at <= statement_timestamp()",
         ];
+        let methods = [".gt(", ".lt(", ".ge(", ".le(", ".cmp(", ".partial_cmp("];
         let mut found = Vec::new();
         for file in files
             .iter()
             .filter(|f| !f.starts_with(root.join("src/bin")))
         {
-            let text = std::fs::read_to_string(file).expect("read");
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-            for (line_no, line) in code.lines().enumerate() {
-                if allowed.iter().any(|a| line.contains(a)) {
+            let mut code = code_of(file);
+            for a in allowed {
+                code = code.replace(a, "");
+            }
+            let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            for (at, _) in code.match_indices("expires") {
+                let start = code[..at].trim_end_matches(word).len();
+                let end = at
+                    + code[at..]
+                        .find(|c: char| !word(c))
+                        .unwrap_or(code.len() - at);
+                // An instant: `expires_at`, `o_expires`...; not a duration
+                // (`expires_in_seconds`) or the start of a longer word.
+                let name = &code[start..end];
+                if !(name.ends_with("expires_at") || name.ends_with("expires")) {
                     continue;
                 }
-                for (at, word) in line.match_indices("expires_at") {
-                    let after = line[at + word.len()..].trim_start();
-                    let before = line[..at]
-                        .trim_end_matches(|c: char| {
-                            c.is_ascii_alphanumeric() || c == '_' || c == '.'
-                        })
-                        .trim_end();
-                    let compares_after = after.starts_with('<') || after.starts_with('>');
-                    let compares_before = (before.ends_with('<') || before.ends_with('>'))
-                        && !before.ends_with("=>")
-                        && !before.ends_with("->");
-                    if compares_after || compares_before {
-                        found.push(format!(
-                            "{}:{}: {}",
-                            file.display(),
-                            line_no + 1,
-                            line.trim()
-                        ));
-                    }
+                let after = code[end..].trim_start_matches([')', ' ']);
+                let after = after.strip_prefix("::").map_or(after, |cast| {
+                    cast.trim_start_matches(|c: char| word(c) || c == ' ')
+                });
+                let before = code[..start]
+                    .trim_end_matches(|c: char| word(c) || c == '.' || c == '(')
+                    .trim_end();
+                // An operator after a space or a parenthesis: not `=>`, `->` or the
+                // `>` closing a generic (`Bind::<BigInt, _>(expires...)`).
+                let operator_before = ["<=", ">=", "<", ">"].iter().any(|op| {
+                    before
+                        .strip_suffix(op)
+                        .is_some_and(|rest| rest.ends_with([' ', ')']))
+                });
+                let compares = after.starts_with(['<', '>'])
+                    || methods.iter().any(|m| after.starts_with(m))
+                    || operator_before;
+                if compares {
+                    let from = code[..start]
+                        .char_indices()
+                        .rev()
+                        .nth(40)
+                        .map_or(0, |(i, _)| i);
+                    let to = (end + 40).min(code.len());
+                    let to = (to..=code.len())
+                        .find(|i| code.is_char_boundary(*i))
+                        .unwrap_or(end);
+                    found.push(format!("{}: …{}…", file.display(), &code[from..to]));
                 }
             }
         }

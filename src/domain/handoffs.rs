@@ -197,9 +197,10 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
     Ok(h)
 }
 
-/// Under the task and handoff locks: the handoff must still be PENDING and unexpired.
-/// `caller` is who asks: the one who accepted learns the lease it still holds.
-fn still_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> TxResult<()> {
+/// Under the task and handoff locks: the handoff must still be PENDING and unexpired
+/// (`live`, as `store::lock` read it at the task lock's instant). `caller` is who
+/// asks: the one who accepted learns the lease it still holds.
+fn still_pending(h: &HandoffLock, live: bool, task: &LockedTask, caller: i64) -> TxResult<()> {
     let (pending, expired) = (
         HandoffStatus::Pending.as_str(),
         HandoffStatus::Expired.as_str(),
@@ -207,7 +208,7 @@ fn still_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> TxResult<()
     if h.status != pending && h.status != expired {
         return Err(not_pending(h, task, caller).into());
     }
-    if !h.live {
+    if !live {
         return Err(ApiError::conflict(
             "handoff_expired",
             "This handoff has expired. Choose other work.",
@@ -248,8 +249,8 @@ pub fn accept(
     let seconds = duration(min, body?.duration_seconds)?;
     claim!(gate, conn, &[handoff_id]);
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
-    let h = store::lock(conn, handoff_id, task.now)?;
-    still_pending(&h, &task, caller.id())?;
+    let (h, live) = store::lock(conn, handoff_id, task.now)?;
+    still_pending(&h, live, &task, caller.id())?;
     if !task.is_open() {
         return Err(task_closed(&task.status).into());
     }
@@ -345,8 +346,8 @@ fn end_pending(
     claim!(gate, conn, &[handoff_id]);
     let h = store::peek(conn, handoff_id)?.ok_or(ApiError::internal())?;
     let task = fence::lock(conn, h.task_id, LockMode::Update)?;
-    let h = store::lock(conn, handoff_id, task.now)?;
-    still_pending(&h, &task, caller)?;
+    let (h, live) = store::lock(conn, handoff_id, task.now)?;
+    still_pending(&h, live, &task, caller)?;
     store::finish(conn, handoff_id, status, task.now, None, None, reason)?;
     let (kind, verb) = match status {
         HandoffStatus::Declined => ("handoff.declined", "declined"),

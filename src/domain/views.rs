@@ -2,11 +2,14 @@
 //! one connection: the orbit a page's path names, the orbit page's board and
 //! sections and the long lists behind it, a task's and a contribution's history, a
 //! problem's overview, a contributor's memberships and activity, and how much of
-//! each list a page shows ([`PAGE`], [`BOARD`]). Reads only, through the API's own
-//! store and domain functions (`tasks_page` is the very query behind `GET
-//! /orbits/{orbit}/tasks`, `problems::overview` the API's overview), so a page never
-//! shows what the API would not answer. `http::pages` parses a request, calls one
-//! of these inside its `db::read`, and renders the answer.
+//! each list a page shows ([`PAGE`], [`BOARD`]). Reads only: where a page shows
+//! what the API answers, the API's own reads (`tasks_page`, the very query behind
+//! `GET /orbits/{orbit}/tasks`; `problems::overview`; `reads::task` and
+//! `reads::checkpoints`), and store reads of its own for what only the pages show
+//! (the front page's orbit summaries, a contributor's memberships and activity, an
+//! orbit's newest contributions and changes). `http::pages` parses a request, calls
+//! one of these inside its `db::read` (the orbit page's through
+//! `write::cached_page`), and renders the answer.
 
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
@@ -31,7 +34,7 @@ pub const PAGE: i64 = 25;
 pub const BOARD: i64 = 12;
 
 /// The orbit a page's path names by slug (or id), or 404.
-pub fn orbit(conn: &mut PgConnection, slug: &str) -> TxResult<Orbit> {
+pub fn orbit_named(conn: &mut PgConnection, slug: &str) -> TxResult<Orbit> {
     orbit_store::find(conn, slug)?.ok_or_else(|| ApiError::not_found("Orbit").into())
 }
 
@@ -150,7 +153,7 @@ pub fn orbit_tasks(
     column: Column,
     cursor: Cursor,
 ) -> TxResult<(Orbit, Page<Task>)> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let (page, _) = column_until(conn, orbit.id, column, cursor)?;
     Ok((orbit, page))
 }
@@ -162,7 +165,7 @@ pub fn orbit_activity(
     slug: &str,
     before: Option<i64>,
 ) -> TxResult<(Orbit, Vec<ChangeOut>)> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let before = before.unwrap_or(orbit.revision).min(orbit.revision);
     let changes = changes_store::latest(conn, orbit.id, before, PAGE)?;
     Ok((orbit, changes))
@@ -174,7 +177,7 @@ pub fn orbit_members(
     slug: &str,
     cursor: Cursor,
 ) -> TxResult<(Orbit, Page<Member>)> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let rows = orbit_store::members(conn, orbit.id, cursor)?;
     Ok((orbit, cursor.page(rows, |m| m.contributor.id)))
 }
@@ -185,7 +188,7 @@ pub fn orbit_problems(
     slug: &str,
     cursor: Cursor,
 ) -> TxResult<(Orbit, Page<Problem>)> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let rows = problem_store::problems_of_orbit(conn, orbit.id, None, cursor)?;
     Ok((orbit, cursor.page(rows, |p| p.id)))
 }
@@ -197,14 +200,14 @@ pub fn orbit_contributions(
     slug: &str,
     before: Option<i64>,
 ) -> TxResult<(Orbit, Vec<Contribution>)> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let rows = contribution_store::latest_of_orbit(conn, orbit.id, before, PAGE + 1)?;
     Ok((orbit, rows))
 }
 
 /// A problem of the orbit the path names: the API's overview. Another orbit's is 404.
 pub fn problem(conn: &mut PgConnection, slug: &str, id: i64) -> TxResult<(Orbit, ProblemOverview)> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let overview = crate::domain::problems::overview(conn, id)?;
     if overview.problem.orbit_id != orbit.id {
         return Err(ApiError::not_found("Problem").into());
@@ -228,7 +231,7 @@ pub fn contribution(
     id: i64,
     upto: Option<i64>,
 ) -> TxResult<ContributionView> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let c = contribution_store::contribution(conn, id)?
         .filter(|c| c.orbit_id == orbit.id)
         .ok_or(ApiError::not_found("Contribution"))?;
@@ -282,7 +285,7 @@ pub struct TaskCursors {
 
 /// The task `id` of the orbit the path names (another orbit's is 404).
 pub fn task(conn: &mut PgConnection, slug: &str, id: i64, at: TaskCursors) -> TxResult<TaskView> {
-    let orbit = orbit(conn, slug)?;
+    let orbit = orbit_named(conn, slug)?;
     let task = reads::task(conn, id)?;
     if task.orbit_id != orbit.id {
         return Err(ApiError::not_found("Task").into());
@@ -306,7 +309,7 @@ pub fn task(conn: &mut PgConnection, slug: &str, id: i64, at: TaskCursors) -> Tx
 }
 
 /// The orbits of the front page, ascending by id, with their counts.
-pub fn orbits(conn: &mut PgConnection, cursor: Cursor) -> TxResult<Page<OrbitSummary>> {
+pub fn orbit_summaries(conn: &mut PgConnection, cursor: Cursor) -> TxResult<Page<OrbitSummary>> {
     let rows = orbit_store::summaries(conn, cursor)?;
     Ok(cursor.page(rows, |o| o.id))
 }

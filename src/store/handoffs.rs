@@ -286,49 +286,45 @@ pub struct HandoffLock {
     pub accepted_lease_id: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     pub accepted_lease_version: Option<i64>,
-    /// Live (`handoff_is_live`) at the instant read with it: the database's clock
-    /// for `peek`, the caller's for `lock`.
-    #[diesel(sql_type = diesel::sql_types::Bool)]
-    pub live: bool,
 }
 
-/// The columns of a `HandoffLock` (`h` the handoff, `l` its accepted lease), live at
-/// `$clock`.
-macro_rules! lock_columns {
-    ($clock:literal) => {
-        concat!(
-            "h.id, h.orbit_id, h.task_id, h.status, h.from_contributor, \
-             h.to_contributor, h.expires_at, h.accepted_by, h.accepted_lease_id, \
-             (SELECT l.lease_version FROM leases l WHERE l.id = h.accepted_lease_id) \
-             AS accepted_lease_version, handoff_is_live(h.status, h.expires_at, ",
-            $clock,
-            ") AS live"
-        )
-    };
-}
+/// The columns of a `HandoffLock` (`h` the handoff, `l` its accepted lease).
+const LOCK_COLUMNS: &str = "h.id, h.orbit_id, h.task_id, h.status, h.from_contributor, \
+     h.to_contributor, h.expires_at, h.accepted_by, h.accepted_lease_id, \
+     (SELECT l.lease_version FROM leases l WHERE l.id = h.accepted_lease_id) \
+     AS accepted_lease_version";
 
 pub fn peek(conn: &mut PgConnection, id: i64) -> QueryResult<Option<HandoffLock>> {
-    crate::db::sql(concat!(
-        "SELECT ",
-        lock_columns!("clock_timestamp()"),
-        " FROM handoffs h WHERE h.id = $1"
+    crate::db::sql(format!(
+        "SELECT {LOCK_COLUMNS} FROM handoffs h WHERE h.id = $1"
     ))
     .bind::<BigInt, _>(id)
     .get_result(conn)
     .optional()
 }
 
-/// Locks a handoff row (after its task's row: see the lock order in `fence`); `live`
-/// at `now`, the task lock's instant.
-pub fn lock(conn: &mut PgConnection, id: i64, now: DateTime<Utc>) -> QueryResult<HandoffLock> {
-    crate::db::sql(concat!(
-        "SELECT ",
-        lock_columns!("$2"),
-        " FROM handoffs h WHERE h.id = $1 FOR UPDATE OF h"
+/// Locks a handoff row (after its task's row: see the lock order in `fence`), and
+/// whether it is live (`handoff_is_live`) at `now`, the task lock's instant.
+pub fn lock(
+    conn: &mut PgConnection,
+    id: i64,
+    now: DateTime<Utc>,
+) -> QueryResult<(HandoffLock, bool)> {
+    #[derive(QueryableByName)]
+    struct Locked {
+        #[diesel(embed)]
+        handoff: HandoffLock,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        live: bool,
+    }
+    let row: Locked = crate::db::sql(format!(
+        "SELECT {LOCK_COLUMNS}, handoff_is_live(h.status, h.expires_at, $2) AS live \
+         FROM handoffs h WHERE h.id = $1 FOR UPDATE OF h"
     ))
     .bind::<BigInt, _>(id)
     .bind::<Timestamptz, _>(now)
-    .get_result(conn)
+    .get_result(conn)?;
+    Ok((row.handoff, row.live))
 }
 
 #[allow(clippy::too_many_arguments)]

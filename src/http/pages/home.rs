@@ -35,7 +35,7 @@ async fn index_page(state: State, req: HttpRequest) -> PageResult {
     let q: AfterQuery = query(&req)?;
     let after = position("after", q.after)?.unwrap_or(0);
     let cursor = Cursor { after, limit: PAGE };
-    let page = read(&state, move |conn| views::orbits(conn, cursor)).await?;
+    let page = read(&state, move |conn| views::orbit_summaries(conn, cursor)).await?;
     let now = Utc::now();
     Ok(layout::page(
         "The commons",
