@@ -192,3 +192,169 @@ async fn the_agents_guide_is_served_from_the_binary_as_markdown() {
         assert!(r.text.contains(must), "agents.md must explain {must}");
     }
 }
+
+/// A request body's string limits are written twice: in its `#[schema(min_length,
+/// max_length)]` (utoipa takes only literals there) and in its `Validate`. This
+/// holds every limit the served document states to what validation enforces: a
+/// value one character past a bound is a problem of that field, a value at the
+/// bound is not.
+#[test]
+fn every_documented_string_limit_is_the_one_validation_enforces() {
+    use orbit_commons::domain as d;
+    use orbit_commons::error::FieldErrors;
+    use orbit_commons::model::Validate;
+    use serde_json::json;
+
+    fn check<T: serde::de::DeserializeOwned + Validate>(body: Value) -> FieldErrors {
+        let value: T = serde_json::from_value(body.clone())
+            .unwrap_or_else(|e| panic!("{body} does not deserialize: {e}"));
+        let mut errors = FieldErrors::default();
+        value.validate(&mut errors);
+        errors
+    }
+    type Check = fn(Value) -> FieldErrors;
+    // Each body that has documented limits, in a form that validates.
+    let bodies: Vec<(&str, Value, Check)> = vec![
+        ("CancelTask", json!({}), check::<d::tasks::CancelTask>),
+        (
+            "CompleteTask",
+            json!({"lease_version": 1}),
+            check::<d::tasks::CompleteTask>,
+        ),
+        (
+            "CreateArtifact",
+            json!({"name": "n", "media_type": "text/plain", "content_base64": "aGk="}),
+            check::<d::artifacts::CreateArtifact>,
+        ),
+        (
+            "CreateAssessment",
+            json!({"verdict": "SUPPORTS", "rationale": "r"}),
+            check::<d::assessments::CreateAssessment>,
+        ),
+        (
+            "CreateCheckpoint",
+            json!({"lease_version": 1, "summary": "s", "state": {}}),
+            check::<d::checkpoints::CreateCheckpoint>,
+        ),
+        (
+            "CreateContribution",
+            json!({"kind": "NOTE", "title": "t", "body": ""}),
+            check::<d::contributions::CreateContribution>,
+        ),
+        (
+            "CreateMemoryRecord",
+            json!({"content": "c"}),
+            check::<d::memory::CreateMemoryRecord>,
+        ),
+        (
+            "CreateOrbit",
+            json!({"slug": "sl", "name": "n"}),
+            check::<d::orbits::CreateOrbit>,
+        ),
+        (
+            "CreateProblem",
+            json!({"title": "t", "statement": ""}),
+            check::<d::problems::CreateProblem>,
+        ),
+        (
+            "CreateTask",
+            json!({"title": "t"}),
+            check::<d::tasks::CreateTask>,
+        ),
+        (
+            "CreateWebhook",
+            json!({"orbit": 1, "url": "https://example.com/hook"}),
+            check::<d::webhooks::CreateWebhook>,
+        ),
+        (
+            "DeclineHandoff",
+            json!({}),
+            check::<d::handoffs::DeclineHandoff>,
+        ),
+        (
+            "OfferHandoff",
+            json!({"lease_version": 1, "checkpoint_id": 1, "message": "m"}),
+            check::<d::handoffs::OfferHandoff>,
+        ),
+        (
+            "RegisterAgent",
+            json!({"name": "n"}),
+            check::<d::contributors::RegisterAgent>,
+        ),
+        (
+            "RegisterContributor",
+            json!({"type": "AGENT", "name": "n"}),
+            check::<d::contributors::RegisterContributor>,
+        ),
+        (
+            "ReviseContribution",
+            json!({"base_revision": 1}),
+            check::<d::contributions::ReviseContribution>,
+        ),
+    ];
+    // A value of `n` characters that is otherwise valid for `field`.
+    fn filler(field: &str, n: usize) -> String {
+        match field {
+            // A subtype is at most 127 characters (RFC 6838): the rest a parameter.
+            "media_type" if n >= 8 => format!("a/b; p={}", "v".repeat(n - 7)),
+            "media_type" if n >= 3 => format!("a/{}", "b".repeat(n - 2)),
+            "url" if n >= 20 => format!("https://example.com/{}", "a".repeat(n - 20)),
+            _ => "a".repeat(n),
+        }
+    }
+    let document: Value = serde_json::from_str(&generated()).expect("the document is JSON");
+    let schemas = document["components"]["schemas"]
+        .as_object()
+        .expect("component schemas");
+    let (mut limited, mut unchecked) = (Vec::new(), Vec::new());
+    for (name, schema) in schemas {
+        let Some(properties) = schema["properties"].as_object() else {
+            continue;
+        };
+        for (field, property) in properties {
+            let bounds = [
+                property["minLength"].as_u64().map(|m| (m, "minLength")),
+                property["maxLength"].as_u64().map(|m| (m, "maxLength")),
+            ];
+            for (bound, which) in bounds.into_iter().flatten() {
+                let Some((_, base, check)) = bodies.iter().find(|(n, ..)| n == name) else {
+                    unchecked.push(format!("{name}.{field}"));
+                    continue;
+                };
+                limited.push(format!("{name}.{field}"));
+                let bound = bound as usize;
+                let outside = if which == "maxLength" {
+                    bound + 1
+                } else {
+                    bound - 1
+                };
+                let mut at = base.clone();
+                at[field] = json!(filler(field, bound));
+                assert!(
+                    !check(at).has(field),
+                    "{name}.{field}: {bound} characters ({which}) is refused"
+                );
+                if which == "minLength" && bound == 0 {
+                    continue;
+                }
+                let mut past = base.clone();
+                past[field] = json!(filler(field, outside));
+                assert!(
+                    check(past).has(field),
+                    "{name}.{field}: {outside} characters is accepted, past its {which} {bound}"
+                );
+            }
+        }
+    }
+    assert!(
+        unchecked.is_empty(),
+        "limits of bodies not in this test's table (add each with a valid body): {unchecked:?}"
+    );
+    // Every body in the table had its limits checked.
+    for (name, ..) in &bodies {
+        assert!(
+            limited.iter().any(|l| l.starts_with(&format!("{name}."))),
+            "{name}: no documented limit found"
+        );
+    }
+}
