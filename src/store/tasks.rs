@@ -196,8 +196,9 @@ impl From<LeaseRow> for Lease {
 }
 
 /// A lease as the API shows it (`l` the lease, `c` its holder), read at `k.now`: one
-/// clock reading for the statement (`clock!()`), so `end_reason` and `is_active`
-/// never disagree.
+/// clock reading for the statement, so `end_reason` and `is_active` never disagree.
+/// Every statement that selects these columns has `clock!()` in its `WITH` and `k`
+/// in its `FROM`.
 macro_rules! lease_columns {
     () => {
         "l.id, l.task_id, l.lease_version, l.acquired_at, l.expires_at, \
@@ -208,8 +209,9 @@ macro_rules! lease_columns {
     };
 }
 
-/// The CTE `k` of [`lease_columns`]: the clock read once (MATERIALIZED: an inlined
-/// one could be evaluated again for every row).
+/// The CTE `k` of [`lease_columns`]: the clock read once for the statement (a
+/// `FROM (SELECT clock_timestamp())` subquery may be evaluated again for every row;
+/// a CTE is not, and MATERIALIZED says so).
 macro_rules! clock {
     () => {
         "k AS MATERIALIZED (SELECT clock_timestamp() AS now)"
@@ -831,7 +833,8 @@ pub fn insert_checkpoint(
 
 /// Removing a member ends its leases (`MEMBER_REMOVED`) and supersedes the PENDING
 /// handoffs it gave or was named in, in the removal's transaction. Locks the tasks
-/// concerned first (in id order), then handoffs, then leases. Returns summary parts.
+/// concerned first (in id order), then reads the clock once, after the locks (every
+/// ending is at that instant), then ends handoffs, then leases. Returns summary parts.
 pub fn release_member_work(
     conn: &mut PgConnection,
     orbit_id: i64,
@@ -859,40 +862,45 @@ pub fn release_member_work(
         return Ok(Vec::new());
     }
     #[derive(QueryableByName)]
+    struct Clock {
+        #[diesel(sql_type = Timestamptz)]
+        now: DateTime<Utc>,
+    }
+    let now = crate::db::sql("SELECT clock_timestamp() AS now")
+        .get_result::<Clock>(conn)?
+        .now;
+    #[derive(QueryableByName)]
     struct Ended {
         #[diesel(sql_type = BigInt)]
         id: i64,
         #[diesel(sql_type = Text)]
         what: String,
     }
-    let handoffs: Vec<Ended> = crate::db::sql(concat!(
-        "WITH ",
-        clock!(),
-        " UPDATE handoffs SET \
-             status = CASE WHEN handoff_is_live(status, expires_at, k.now) \
+    let handoffs: Vec<Ended> = crate::db::sql(
+        "UPDATE handoffs SET \
+             status = CASE WHEN handoff_is_live(status, expires_at, $3) \
                            THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
-             ended_at = CASE WHEN handoff_is_live(status, expires_at, k.now) \
-                             THEN k.now ELSE expires_at END \
-         FROM k WHERE orbit_id = $1 AND status = 'PENDING' \
+             ended_at = CASE WHEN handoff_is_live(status, expires_at, $3) \
+                             THEN $3 ELSE expires_at END \
+         WHERE orbit_id = $1 AND status = 'PENDING' \
            AND (from_contributor = $2 OR to_contributor = $2) \
-         RETURNING id, status AS what"
-    ))
+         RETURNING id, status AS what",
+    )
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
+    .bind::<Timestamptz, _>(now)
     .load(conn)?;
-    let leases: Vec<Ended> = crate::db::sql(concat!(
-        "WITH ",
-        clock!(),
-        " UPDATE leases SET \
-             released_at = CASE WHEN lease_is_active(end_reason, expires_at, k.now) \
-                           THEN k.now END, \
-             end_reason = coalesce(lease_end_reason(end_reason, expires_at, k.now), \
+    let leases: Vec<Ended> = crate::db::sql(
+        "UPDATE leases SET \
+             released_at = CASE WHEN lease_is_active(end_reason, expires_at, $3) THEN $3 END, \
+             end_reason = coalesce(lease_end_reason(end_reason, expires_at, $3), \
                                    'MEMBER_REMOVED') \
-         FROM k WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
-         RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what"
-    ))
+         WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
+         RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what",
+    )
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
+    .bind::<Timestamptz, _>(now)
     .load(conn)?;
     let mut parts = Vec::new();
     for h in handoffs.iter().filter(|h| h.what == "SUPERSEDED") {

@@ -468,17 +468,22 @@ async fn removing_a_member_ends_its_lease_and_supersedes_its_handoffs() {
     );
 }
 
-/// A removal ends all of a member's leases at one instant: each ending reads the
-/// clock once for the statement, not once per row and expression (a lease's
-/// `released_at` and its `MEMBER_REMOVED` must agree on whether it was active).
+/// A removal ends all of a member's leases and handoffs at one instant, read once
+/// after the removal's locks (not once per statement, row or expression).
 #[tokio::test]
-async fn removing_a_member_ends_all_its_leases_at_one_instant() {
+async fn removing_a_member_ends_all_its_work_at_one_instant() {
     let app = TestApp::spawn().await;
-    let c = crew(&app, "instant", 1).await;
-    let member = &c.members[0];
+    let c = crew(&app, "instant", 2).await;
+    let (member, other) = (&c.members[0], &c.members[1]);
     for i in 0..40 {
         let t = task(&app, member, c.orbit, &format!("t{i}")).await;
         lease(&app, member, t, 900).await;
+    }
+    for _ in 0..2 {
+        let (t, _, v, ckpt) = worked_task(&app, member, c.orbit).await;
+        let body = json!({"lease_version": v, "checkpoint_id": ckpt,
+                          "to_contributor_id": other.id, "message": "m"});
+        assert_eq!(offer(&app, member, t, body).await.status, 201);
     }
     let r = app
         .send(
@@ -491,18 +496,22 @@ async fn removing_a_member_ends_all_its_leases_at_one_instant() {
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let mut conn = app.db.conn();
-    let count = |conn: &mut diesel::PgConnection, what: &str| {
-        crate::harness::sql_i64(
-            conn,
-            &format!(
-                "SELECT count({what})::bigint AS n FROM leases \
-                 WHERE contributor_id = {} AND end_reason = 'MEMBER_REMOVED'",
-                member.id
-            ),
-        )
-    };
-    assert_eq!(count(&mut conn, "*"), 40);
-    assert_eq!(count(&mut conn, "DISTINCT released_at"), 1);
+    let leases = format!(
+        "FROM leases WHERE contributor_id = {} AND end_reason = 'MEMBER_REMOVED'",
+        member.id
+    );
+    let handoffs = format!(
+        "FROM handoffs WHERE from_contributor = {} AND status = 'SUPERSEDED'",
+        member.id
+    );
+    let n = |conn: &mut diesel::PgConnection, sql: String| crate::harness::sql_i64(conn, &sql);
+    assert_eq!(n(&mut conn, format!("SELECT count(*) AS n {leases}")), 42);
+    assert_eq!(n(&mut conn, format!("SELECT count(*) AS n {handoffs}")), 2);
+    let instants = format!(
+        "SELECT count(DISTINCT at) AS n FROM (SELECT released_at AS at {leases} \
+         UNION ALL SELECT ended_at {handoffs}) x"
+    );
+    assert_eq!(n(&mut conn, instants), 1);
 }
 
 #[tokio::test]
