@@ -561,20 +561,29 @@ pub fn handed_off(handoff_id: i64, to: Option<i64>) -> ApiError {
 
 #[cfg(test)]
 mod tests {
-    /// The code of `file` as one line: comment lines dropped (and SQL comments),
-    /// string continuations and line breaks joined, the unit tests cut off, and
-    /// the definitions of the rules themselves taken out of functions.sql.
-    fn code_of(file: &std::path::Path) -> String {
-        let text = std::fs::read_to_string(file).expect("read");
-        let text = text
-            .split("#[cfg(test)]\nmod tests")
-            .next()
-            .unwrap_or_default();
-        let sql = file.extension().is_some_and(|e| e == "sql");
+    /// The code of a source file as one line: comments dropped (whole comment lines,
+    /// a trailing ` // `, SQL's `--`), string continuations and line breaks joined,
+    /// and the unit-test module cut off.
+    fn code_of(text: &str, sql: bool) -> String {
         let mut code = String::new();
-        for line in text.lines() {
-            let line = match line.find("--") {
-                Some(at) if sql => &line[..at],
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if line.trim() == "#[cfg(test)]" {
+                // The test module, whatever attributes stand between.
+                let mut rest = lines.clone();
+                let module = loop {
+                    match rest.next().map(str::trim) {
+                        Some(l) if l.starts_with("#[") => continue,
+                        Some(l) => break l.starts_with("mod "),
+                        None => break false,
+                    }
+                };
+                if module {
+                    break;
+                }
+            }
+            let line = match (sql, line.find("--"), line.find(" // ")) {
+                (true, Some(at), _) | (false, _, Some(at)) => &line[..at],
                 _ => line,
             };
             if line.trim_start().starts_with("//") {
@@ -583,87 +592,165 @@ mod tests {
             code.push_str(line.trim().trim_end_matches('\\'));
             code.push(' ');
         }
-        for rule in [
-            "lease_is_active",
-            "lease_end_reason",
-            "handoff_is_live",
-            "handoff_status",
-        ] {
-            let start = format!("CREATE OR REPLACE FUNCTION {rule}(");
-            if let Some(at) = code.find(&start) {
-                let end = code[at..].find("$$;").map_or(code.len(), |e| at + e);
-                code.replace_range(at..end, "");
-            }
-        }
         code
     }
 
+    /// Every place in `code` that compares an expiry (a name ending in `expires` or
+    /// `expires_at`): an operator on either side (through parentheses, a cast, `*`
+    /// or `&`), a comparison method on it or with it as the argument, or a range
+    /// test (`BETWEEN ... AND`, `@>`, `<@`, `GREATEST`, `LEAST`).
+    fn comparisons(code: &str) -> Vec<String> {
+        let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let methods = ["gt(", "lt(", "ge(", "le(", "cmp(", "partial_cmp("];
+        let mut found = Vec::new();
+        for (at, _) in code.match_indices("expires") {
+            let start = code[..at].trim_end_matches(word).len();
+            let end = at
+                + code[at..]
+                    .find(|c: char| !word(c))
+                    .unwrap_or(code.len() - at);
+            let name = &code[start..end];
+            if !(name.ends_with("expires_at") || name.ends_with("expires")) {
+                continue; // a duration (`expires_in_seconds`) or a longer word
+            }
+            let after = code[end..].trim_start_matches([')', ' ']);
+            let after = after.strip_prefix("::").map_or(after, |cast| {
+                cast.trim_start_matches(|c: char| word(c) || c == ' ')
+            });
+            // Left of the name: its receiver (`l.`, `self.open.`), `*`, `&`.
+            let receiver = code[..start]
+                .trim_end_matches(|c: char| word(c) || c == '.' || c == '*' || c == '&')
+                .trim_end_matches(' ');
+            let before = receiver.trim_end_matches(['(', ' ']);
+            // The 60 bytes before, for `BETWEEN` and `GREATEST(`/`LEAST(`.
+            let near = (receiver.len().saturating_sub(60)..=receiver.len())
+                .find(|i| receiver.is_char_boundary(*i))
+                .map_or("", |i| &receiver[i..]);
+            let operator_after = after.starts_with(['<', '>']) || after.starts_with("@>");
+            let operator_before = ["<=", ">=", "<", ">", "@>", "<@"].iter().any(|op| {
+                before.strip_suffix(op).is_some_and(|rest| {
+                    // Not `=>`, `->`, nor the `>` closing a generic call
+                    // (`bind::<BigInt, _>(expires_in)`, where `(` follows it).
+                    !rest.ends_with(['=', '-'])
+                        && (!receiver.ends_with(">(") || rest.ends_with(' '))
+                })
+            });
+            let method = methods.iter().any(|m| {
+                after.starts_with(&format!(".{m}")) || receiver.ends_with(&format!(".{m}"))
+            });
+            let upper = near.to_ascii_uppercase();
+            let range = after.starts_with("<@")
+                || (before.to_ascii_uppercase().ends_with(" AND") && upper.contains("BETWEEN"))
+                || ["GREATEST(", "LEAST("]
+                    .iter()
+                    .any(|f| upper.rfind(f).is_some_and(|i| !upper[i..].contains(')')));
+            if operator_after || operator_before || method || range {
+                let from = code[..start]
+                    .char_indices()
+                    .rev()
+                    .nth(40)
+                    .map_or(0, |(i, _)| i);
+                let to = (end + 40..=code.len())
+                    .find(|i| code.is_char_boundary(*i))
+                    .unwrap_or(code.len());
+                found.push(code[from..to].to_owned());
+            }
+        }
+        found
+    }
+
+    /// The scanner itself: each way of comparing an expiry is found, each
+    /// look-alike is not.
+    #[test]
+    fn the_expiry_scanner_finds_each_form() {
+        let compares = [
+            "WHERE $2 >= l.expires_at",
+            "WHERE $2>=l.expires_at",
+            "WHERE l.expires_at>$2",
+            "if now >= lease.expires_at {}",
+            "if (l.expires_at) > now {}",
+            "WHERE l.expires_at::timestamptz < now()",
+            "if o_expires.gt(&now) {}",
+            "now.cmp(&l.expires_at)",
+            "if now >= *expires_at {}",
+            "WHERE $2 BETWEEN acquired_at AND expires_at",
+            "WHERE tstzrange(acquired_at, expires_at) @> $2",
+            "WHERE GREATEST(expires_at, $2) = expires_at",
+            "WHERE least($2, h.expires_at) = $2",
+            "UPDATE leases SET x = 1 WHERE expires_at \\\n             > $2",
+        ];
+        for text in compares {
+            assert!(
+                !comparisons(&code_of(text, false)).is_empty(),
+                "missed: {text}"
+            );
+        }
+        let fine = [
+            "x.bind::<BigInt, _>(expires_in_seconds)",
+            "match x { Some(expires_at) => 1, _ => 2 }",
+            "expires_at: Option<DateTime<Utc>>,",
+            "// expires_at > now, in a comment",
+            "let x = h.expires_at; // the expiry > none",
+            "SELECT expires_at, released_at FROM leases",
+            "let é = \"日本語 — ünïcode before and after\"; let x = h.expires_at; // ß",
+            "#[cfg(test)]\nmod tests { fn f() { assert!(a.expires_at > now); } }",
+        ];
+        for text in fine {
+            let found = comparisons(&code_of(text, false));
+            assert!(found.is_empty(), "flagged: {text}: {found:?}");
+        }
+        let sql = "-- expires_at > now\nSELECT 1 -- p_expires <= p_now";
+        assert!(comparisons(&code_of(sql, true)).is_empty());
+    }
+
     /// Whether a lease is active, and a handoff live, is decided in one place each
-    /// (`lease_is_active` and `handoff_is_live`, src/db/functions.sql): no other query
-    /// or Rust code of the service compares an expiry (any name with `expires` in it)
-    /// with `<`, `>`, `<=`, `>=` or a comparison method. Only an Idempotency-Key's
-    /// retention, a rule of its own, does.
+    /// (`lease_is_active` and `handoff_is_live`, src/db/functions.sql): no other
+    /// query or Rust code of the service (src/ but the bench) compares an expiry.
+    /// Only an Idempotency-Key's retention, a rule of its own, does, in two places.
     #[test]
     fn no_code_compares_an_expiry_itself() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut files = crate::error::source_files();
         files.push(root.join("src/db/functions.sql"));
         let allowed = [
-            "WHERE k.expires_at <= clock_timestamp()",
-            "idempotency_keys WHERE expires_at <= statement_timestamp()",
+            (
+                "src/db/functions.sql",
+                "WHERE k.expires_at <= clock_timestamp()",
+            ),
+            (
+                "src/domain/idempotency.rs",
+                "idempotency_keys WHERE expires_at <= statement_timestamp()",
+            ),
         ];
-        let methods = [".gt(", ".lt(", ".ge(", ".le(", ".cmp(", ".partial_cmp("];
+        let rules = [
+            "lease_is_active",
+            "lease_end_reason",
+            "handoff_is_live",
+            "handoff_status",
+        ];
         let mut found = Vec::new();
         for file in files
             .iter()
             .filter(|f| !f.starts_with(root.join("src/bin")))
         {
-            let mut code = code_of(file);
-            for a in allowed {
-                code = code.replace(a, "");
+            let text = std::fs::read_to_string(file).expect("read");
+            let mut code = code_of(&text, file.extension().is_some_and(|e| e == "sql"));
+            // The rules' own definitions compare, and nothing else may.
+            for rule in rules {
+                let start = format!("CREATE OR REPLACE FUNCTION {rule}(");
+                if let Some(at) = code.find(&start) {
+                    let end = code[at..].find("$$;").map_or(code.len(), |e| at + e);
+                    code.replace_range(at..end, "");
+                }
             }
-            let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-            for (at, _) in code.match_indices("expires") {
-                let start = code[..at].trim_end_matches(word).len();
-                let end = at
-                    + code[at..]
-                        .find(|c: char| !word(c))
-                        .unwrap_or(code.len() - at);
-                // An instant: `expires_at`, `o_expires`...; not a duration
-                // (`expires_in_seconds`) or the start of a longer word.
-                let name = &code[start..end];
-                if !(name.ends_with("expires_at") || name.ends_with("expires")) {
-                    continue;
+            for (owner, snippet) in allowed {
+                if file.ends_with(owner) {
+                    assert!(code.contains(snippet), "{owner} no longer says {snippet}");
+                    code = code.replacen(snippet, "", 1);
                 }
-                let after = code[end..].trim_start_matches([')', ' ']);
-                let after = after.strip_prefix("::").map_or(after, |cast| {
-                    cast.trim_start_matches(|c: char| word(c) || c == ' ')
-                });
-                let before = code[..start]
-                    .trim_end_matches(|c: char| word(c) || c == '.' || c == '(')
-                    .trim_end();
-                // An operator after a space or a parenthesis: not `=>`, `->` or the
-                // `>` closing a generic (`Bind::<BigInt, _>(expires...)`).
-                let operator_before = ["<=", ">=", "<", ">"].iter().any(|op| {
-                    before
-                        .strip_suffix(op)
-                        .is_some_and(|rest| rest.ends_with([' ', ')']))
-                });
-                let compares = after.starts_with(['<', '>'])
-                    || methods.iter().any(|m| after.starts_with(m))
-                    || operator_before;
-                if compares {
-                    let from = code[..start]
-                        .char_indices()
-                        .rev()
-                        .nth(40)
-                        .map_or(0, |(i, _)| i);
-                    let to = (end + 40).min(code.len());
-                    let to = (to..=code.len())
-                        .find(|i| code.is_char_boundary(*i))
-                        .unwrap_or(end);
-                    found.push(format!("{}: …{}…", file.display(), &code[from..to]));
-                }
+            }
+            for place in comparisons(&code) {
+                found.push(format!("{}: …{place}…", file.display()));
             }
         }
         assert!(

@@ -2,8 +2,9 @@
 //! API. Each handler parses its path and query, reads what its page shows with one
 //! function of `domain::views` in one pool checkout (`db::read`; the orbit page
 //! through the list cache, `domain::write::cached_page`; the search page with the
-//! API's `domain::search::search`), and renders with maud, which escapes every interpolated string: all content is untrusted and is
-//! only ever shown as text. This module owns the pages' route table, their error
+//! API's `domain::search::search`), and renders with maud, which escapes every
+//! interpolated string: all content is untrusted and is only ever shown as text.
+//! This module owns the pages' route table, their error
 //! pages (unknown slug or id → HTML 404, bad query → HTML 400, never a 5xx for what
 //! a user typed), their response headers (the CSP) and the assets served from the
 //! binary (`assets`). Live updates are `assets/live.js` on the section 14 stream.
