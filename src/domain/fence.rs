@@ -566,7 +566,7 @@ mod tests {
     /// and the unit-test module cut off.
     fn code_of(text: &str, sql: bool) -> String {
         let mut code = String::new();
-        let mut lines = text.lines().peekable();
+        let mut lines = text.lines();
         while let Some(line) = lines.next() {
             if line.trim() == "#[cfg(test)]" {
                 // The test module, whatever attributes stand between.

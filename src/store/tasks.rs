@@ -427,8 +427,9 @@ pub fn tasks_page(
     page: Cursor,
 ) -> QueryResult<Option<(Vec<Task>, Stamp)>> {
     crate::db::sql(concat!(
-        "WITH k AS MATERIALIZED (SELECT clock_timestamp() AS now) \
-         SELECT p.*, o.revision AS m_revision, k.now AS m_now, h.until AS m_valid_until \
+        "WITH ",
+        clock!(),
+        " SELECT p.*, o.revision AS m_revision, k.now AS m_now, h.until AS m_valid_until \
          FROM k CROSS JOIN orbits o CROSS JOIN LATERAL ( \
              SELECT min(x.expires_at) AS until FROM leases x \
              WHERE x.orbit_id = o.id AND lease_is_active(x.end_reason, x.expires_at, k.now) \
