@@ -271,8 +271,11 @@ impl FieldErrors {
         }
     }
 
-    /// Checks a string's length in characters.
-    pub fn len(&mut self, field: &str, value: &str, min: usize, max: usize) {
+    /// Checks a text field: its length in characters, `min..=max`, and that
+    /// PostgreSQL can store it (`text` cannot hold U+0000). The one check of every
+    /// string a body or an MCP tool's arguments carry, so a NUL is a 422 naming its
+    /// field, among the others, before any 409 (not a database error afterwards).
+    pub fn text(&mut self, field: &str, value: &str, min: usize, max: usize) {
         let n = value.chars().count();
         if n < min {
             if min == 1 {
@@ -282,6 +285,9 @@ impl FieldErrors {
             }
         } else if n > max {
             self.add(field, format!("must be at most {max} characters"));
+        }
+        if value.contains('\0') {
+            self.add(field, "must not contain the character U+0000");
         }
     }
 
@@ -339,7 +345,7 @@ impl From<diesel::result::Error> for ApiError {
             }
             // PostgreSQL `text` cannot hold U+0000: a NUL in any string the client sent
             // (body, path or query) that reached a statement is invalid input, not a
-            // server error. Field-level checks (model::verbatim::text) say which field.
+            // server error. Field-level checks (`FieldErrors::text`) say which field.
             Error::DatabaseError(_, info)
                 if info
                     .message()

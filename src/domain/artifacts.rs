@@ -15,7 +15,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{verbatim, Page, PageParams, Validate};
+use crate::model::{Page, PageParams, Validate};
 use crate::store::artifacts::{self as store, Artifact, ContentHead};
 
 /// Body of `POST /api/v1/orbits/{orbit}/artifacts`.
@@ -36,7 +36,7 @@ pub struct CreateArtifact {
 
 impl Validate for CreateArtifact {
     fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "name", &self.name, 1, 200);
+        e.text("name", &self.name, 1, 200);
         if !is_media_type(&self.media_type) {
             e.add(
                 "media_type",

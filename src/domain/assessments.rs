@@ -34,7 +34,7 @@ pub struct CreateAssessment {
 
 impl Validate for CreateAssessment {
     fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "rationale", &self.rationale, 1, 8000);
+        e.text("rationale", &self.rationale, 1, 8000);
         if let Some(ids) = &self.evidence_contribution_ids {
             verbatim::ids(e, "evidence_contribution_ids", ids);
         }

@@ -46,7 +46,7 @@ impl Validate for CreateCheckpoint {
         if self.lease_version < 1 {
             e.add("lease_version", "must be at least 1");
         }
-        e.len("summary", &self.summary, 1, 4000);
+        e.text("summary", &self.summary, 1, 4000);
         if canonical_json(&self.state).len() > MAX_STATE_BYTES {
             e.add("state", "its canonical JSON form must be at most 64 KiB");
         }

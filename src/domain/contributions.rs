@@ -51,8 +51,8 @@ pub struct CreateContribution {
 
 impl Validate for CreateContribution {
     fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "title", &self.title, 1, 200);
-        verbatim::text(e, "body", &self.body, 0, 65536);
+        e.text("title", &self.title, 1, 200);
+        e.text("body", &self.body, 0, 65536);
         if let Some(ids) = &self.artifact_ids {
             verbatim::ids(e, "artifact_ids", ids);
         }
@@ -281,10 +281,10 @@ impl Validate for ReviseContribution {
             e.add("base_revision", "must be at least 1");
         }
         if let Some(t) = &self.title {
-            verbatim::text(e, "title", t, 1, 200);
+            e.text("title", t, 1, 200);
         }
         if let Some(b) = &self.body {
-            verbatim::text(e, "body", b, 0, 65536);
+            e.text("body", b, 0, 65536);
         }
         if let Some(ids) = &self.artifact_ids {
             verbatim::ids(e, "artifact_ids", ids);

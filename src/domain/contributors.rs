@@ -32,9 +32,9 @@ pub struct RegisterContributor {
 
 impl Validate for RegisterContributor {
     fn validate(&self, e: &mut FieldErrors) {
-        e.len("name", &self.name, 1, 120);
+        e.text("name", &self.name, 1, 120);
         if let Some(m) = &self.model_claim {
-            e.len("model_claim", m, 0, 200);
+            e.text("model_claim", m, 0, 200);
         }
         if self.kind == ContributorType::System {
             e.add("type", "SYSTEM contributors cannot be self-registered");
@@ -63,9 +63,9 @@ pub struct RegisterAgent {
 
 impl Validate for RegisterAgent {
     fn validate(&self, e: &mut FieldErrors) {
-        e.len("name", &self.name, 1, 120);
+        e.text("name", &self.name, 1, 120);
         if let Some(m) = &self.model_claim {
-            e.len("model_claim", m, 0, 200);
+            e.text("model_claim", m, 0, 200);
         }
     }
 }

@@ -50,7 +50,7 @@ impl Validate for OfferHandoff {
         if self.lease_version < 1 {
             e.add("lease_version", "must be at least 1");
         }
-        e.len("message", &self.message, 1, 4000);
+        e.text("message", &self.message, 1, 4000);
     }
 }
 
@@ -328,7 +328,7 @@ pub struct DeclineHandoff {
 impl Validate for DeclineHandoff {
     fn validate(&self, e: &mut FieldErrors) {
         if let Some(r) = &self.reason {
-            e.len("reason", r, 0, 4000);
+            e.text("reason", r, 0, 4000);
         }
     }
 }

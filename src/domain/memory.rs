@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Cursor, Page, Validate};
+use crate::model::{page_bounds, Cursor, Page, Validate};
 use crate::store::memory::{self as store, MemoryRecord};
 
 pub const MAX_TAGS: usize = 32;
@@ -34,13 +34,13 @@ pub struct CreateMemoryRecord {
 
 impl Validate for CreateMemoryRecord {
     fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "content", &self.content, 1, 65536);
+        e.text("content", &self.content, 1, 65536);
         if let Some(tags) = &self.tags {
             if tags.len() > MAX_TAGS {
                 e.add("tags", format!("at most {MAX_TAGS} tags"));
             }
             for (i, tag) in tags.iter().enumerate() {
-                verbatim::text(e, &format!("tags[{i}]"), tag, 1, MAX_TAG_CHARS);
+                e.text(&format!("tags[{i}]"), tag, 1, MAX_TAG_CHARS);
             }
         }
     }
@@ -141,7 +141,7 @@ pub async fn list(
 fn check_tag(tag: Option<&str>) -> ApiResult<()> {
     if let Some(tag) = tag {
         let mut e = FieldErrors::default();
-        verbatim::text(&mut e, "tag", tag, 1, MAX_TAG_CHARS);
+        e.text("tag", tag, 1, MAX_TAG_CHARS);
         e.finish()?;
     }
     Ok(())

@@ -45,9 +45,9 @@ impl Validate for CreateOrbit {
         if !valid_slug(&self.slug) {
             e.add("slug", "must match ^[a-z][a-z0-9-]{1,62}$");
         }
-        e.len("name", &self.name, 1, 200);
+        e.text("name", &self.name, 1, 200);
         if let Some(d) = &self.description {
-            e.len("description", d, 0, 20000);
+            e.text("description", d, 0, 20000);
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Page, Validate};
+use crate::model::{page_bounds, Page, Validate};
 use crate::store::contributions as contribution_store;
 use crate::store::handoffs as handoff_store;
 use crate::store::orbits::Role;
@@ -32,8 +32,8 @@ pub struct CreateProblem {
 
 impl Validate for CreateProblem {
     fn validate(&self, e: &mut FieldErrors) {
-        verbatim::text(e, "title", &self.title, 1, 200);
-        verbatim::text(e, "statement", &self.statement, 0, 20000);
+        e.text("title", &self.title, 1, 200);
+        e.text("statement", &self.statement, 0, 20000);
     }
 }
 

@@ -39,9 +39,9 @@ pub struct CreateTask {
 
 impl Validate for CreateTask {
     fn validate(&self, e: &mut FieldErrors) {
-        e.len("title", &self.title, 1, 200);
+        e.text("title", &self.title, 1, 200);
         if let Some(d) = &self.description {
-            e.len("description", d, 0, 20000);
+            e.text("description", d, 0, 20000);
         }
     }
 }
@@ -325,7 +325,7 @@ impl Validate for CompleteTask {
             e.add("lease_version", "must be at least 1");
         }
         if let Some(s) = &self.summary {
-            e.len("summary", s, 0, 4000);
+            e.text("summary", s, 0, 4000);
         }
     }
 }
@@ -385,7 +385,7 @@ pub struct CancelTask {
 impl Validate for CancelTask {
     fn validate(&self, e: &mut FieldErrors) {
         if let Some(r) = &self.reason {
-            e.len("reason", r, 0, 4000);
+            e.text("reason", r, 0, 4000);
         }
     }
 }

@@ -74,9 +74,9 @@ impl crate::model::Validate for CreateWebhook {
     /// The field rules, every problem listed (the body check runs them).
     fn validate(&self, e: &mut FieldErrors) {
         if let OrbitName::Slug(s) = &self.orbit {
-            e.len("orbit", s, 1, 63);
+            e.text("orbit", s, 1, 63);
         }
-        e.len("url", &self.url, 1, 2000);
+        e.text("url", &self.url, 1, 2000);
         if self.url.chars().count() <= 2000 {
             if let Err(why) = parse_url(&self.url) {
                 e.add("url", why);
@@ -105,7 +105,7 @@ impl crate::model::Validate for CreateWebhook {
             }
         }
         if let Some(d) = &self.description {
-            e.len("description", d, 0, 200);
+            e.text("description", d, 0, 200);
         }
     }
 }
