@@ -57,8 +57,10 @@ impl OrbitName {
 pub struct CreateWebhook {
     /// The orbit whose changes are sent: its id or its slug.
     pub orbit: OrbitName,
-    /// `http` or `https`, at most 2000 characters; its host must not be or resolve
-    /// to a loopback, private, link-local, multicast or unspecified address.
+    /// `http` or `https`, at most 2000 characters, written without spaces or
+    /// control characters (percent-encode them), with no credentials and a port
+    /// other than 0; its host must not be or resolve to a loopback, private,
+    /// link-local, multicast or unspecified address.
     #[schema(max_length = 2000)]
     pub url: String,
     /// Change kinds to send (`task.created`) or `prefix.*` (`task.*`); default all.
@@ -110,8 +112,18 @@ impl crate::model::Validate for CreateWebhook {
     }
 }
 
-/// An `http` or `https` URL with a host and no credentials.
+/// An `http` or `https` URL with a host, a port other than 0 and no credentials,
+/// written without spaces or control characters: a URL parser drops tabs and line
+/// breaks and trims spaces, so such a URL would be stored and shown as sent but
+/// delivered to another address.
 pub fn parse_url(text: &str) -> Result<reqwest::Url, String> {
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(
+            "must not contain spaces, tabs, line breaks or other control characters \
+             (percent-encode them)"
+                .into(),
+        );
+    }
     let url = reqwest::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err("must be an http or https URL".into());
@@ -121,6 +133,9 @@ pub fn parse_url(text: &str) -> Result<reqwest::Url, String> {
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("must not carry credentials".into());
+    }
+    if url.port() == Some(0) {
+        return Err("must name a port from 1 to 65535".into());
     }
     Ok(url)
 }
@@ -463,5 +478,8 @@ mod tests {
         assert!(parse_url("ftp://example.com/").is_err());
         assert!(parse_url("http://user:pw@example.com/").is_err());
         assert!(parse_url("not a url").is_err());
+        assert!(parse_url("http://example.com/ws\r\npath").is_err());
+        assert!(parse_url("http://example.com/ws%0D%0Apath").is_ok());
+        assert!(parse_url("http://example.com:0/").is_err());
     }
 }

@@ -453,11 +453,38 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
         json!({"orbit": orbit, "url": "https://user:pw@example.com/"}),
         json!({"orbit": orbit, "url": "https://example.com/", "extra": 1}),
         json!({"url": "https://example.com/"}),
+        json!({"orbit": orbit, "url": "https://example.com:0/"}),
     ] {
         let r = app
             .post("/api/v1/me/webhooks", &owner.token, body.clone())
             .await;
         assert_eq!(r.status, 422, "{body}: {}", r.text);
+    }
+    // A URL parser drops tabs and line breaks and trims spaces: such a URL would be
+    // stored and shown as sent, and delivered elsewhere (`/ws\r\npath` to `/wspath`).
+    for url in [
+        " https://example.com/",
+        "https://example.com/ ",
+        "https://example.com/ws\r\npath",
+        "https://example.com/a\tb",
+        "https://example.com/\nX-Injected: 1",
+        "https://exa mple.com/",
+    ] {
+        let r = app
+            .post(
+                "/api/v1/me/webhooks",
+                &owner.token,
+                json!({"orbit": orbit, "url": url}),
+            )
+            .await;
+        r.assert_error(422, "validation_failed");
+        assert!(
+            r.json["errors"]["url"][0]
+                .as_str()
+                .is_some_and(|m| m.contains("control characters")),
+            "{url:?}: {}",
+            r.text
+        );
     }
     let r = app
         .post(
