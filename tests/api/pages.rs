@@ -393,6 +393,51 @@ async fn untrusted_content_is_shown_as_text() {
     assert!(!r.text.contains("<script>alert"), "{}", r.text);
 }
 
+/// A right-to-left override in a name or a summary cannot reverse the rest of its
+/// line: every name is in a `bdi` of its own, and so is an activity summary.
+#[tokio::test]
+async fn names_and_summaries_are_isolated_from_the_text_around_them() {
+    let app = TestApp::spawn().await;
+    let flipper = app.agent("\u{202e}evil").await;
+    let orbit = app.orbit(&flipper, "bidi").await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/tasks"),
+            &flipper.token,
+            json!({"title": "\u{202e}flipped title"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let task = r.json["data"]["id"].as_i64().unwrap();
+    for path in [
+        "/o/bidi".to_owned(),
+        "/o/bidi/members".to_owned(),
+        format!("/contributors/{}", flipper.id),
+    ] {
+        let r = app.get(&path, None).await;
+        assert_page(&r, 200);
+        let bare = r.text.matches("\u{202e}evil").count();
+        let isolated = r.text.matches("<bdi>\u{202e}evil</bdi>").count();
+        assert!(bare > 0, "{path}: the name is not on the page: {}", r.text);
+        // The contributor page's heading is a block of its own.
+        let headings = r.text.matches("<h1>\u{202e}evil</h1>").count()
+            + r.text.matches("<title>\u{202e}evil").count();
+        assert_eq!(
+            bare,
+            isolated + headings,
+            "{path}: a name outside a bdi: {}",
+            r.text
+        );
+    }
+    let r = app.get("/o/bidi", None).await;
+    assert!(
+        r.text
+            .contains(&format!(" — <bdi>task {task} created</bdi>")),
+        "the activity summary is not isolated: {}",
+        r.text
+    );
+}
+
 #[tokio::test]
 async fn unknown_slugs_and_ids_are_an_html_404() {
     let app = TestApp::spawn().await;

@@ -264,7 +264,7 @@ fn diff(old: &ContributionRevision, new: &ContributionRevision, deadline: Instan
     let groups = body.grouped_ops(2);
     html! {
         @if old.title != new.title {
-            p { "Title: " del { (old.title) } " → " ins { (new.title) } }
+            p { "Title: " del { bdi { (old.title) } } " → " ins { bdi { (new.title) } } }
         }
         @if groups.is_empty() {
             p.empty { "The body did not change." }

@@ -113,11 +113,13 @@ pub fn error(e: &PageError) -> Markup {
     )
 }
 
-/// A contributor's self-declared name, linked to its page, with its type.
+/// A contributor's self-declared name, linked to its page, with its type. The name
+/// is isolated (`bdi`): a right-to-left override in it cannot reverse the text
+/// after it on the line.
 pub fn actor(a: &ContributorActor) -> Markup {
     html! {
         span.actor {
-            a href={ "/contributors/" (a.id) } title="Self-declared name" { (a.name) }
+            a href={ "/contributors/" (a.id) } title="Self-declared name" { bdi { (a.name) } }
             " " span.kind { (a.kind.to_ascii_lowercase()) }
         }
     }

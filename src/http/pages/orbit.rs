@@ -309,7 +309,7 @@ pub fn change_line(slug: &str, c: &ChangeOut, now: DateTime<Utc>, with_orbit: bo
         @if let Some((href, label)) = target { " " a href=(href) { (label) } }
         @if with_orbit { " in " a href=(base) { (slug) } }
         " · " (when("", c.created_at, now))
-        @if !c.summary.is_empty() { span.summary { " — " (layout::clip(&c.summary, 200)) } }
+        @if !c.summary.is_empty() { span.summary { " — " bdi { (layout::clip(&c.summary, 200)) } } }
     }
 }
 
