@@ -386,19 +386,32 @@ pub struct Held {
 /// is the caller's own") is true only while that lease is active, and then
 /// `details.lease_id` names it: the one case whose reaction is to continue. A
 /// current lease of the caller's that has ended (completed, released, run out) is
-/// no lease to continue with.
-pub fn stale(task: &LockedTask) -> ApiError {
+/// no lease to continue with. `mismatch` is `(sent, named)` when the lease a path
+/// names has another version than the one the body sent: then the message says
+/// so (the version sent may well be the task's current one).
+pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
     let yours = task
         .active_lease()
         .filter(|l| Some(l.contributor_id) == task.caller);
-    let message = if yours.is_some() {
-        "Your lease_version is not the task's current one, but the current lease is yours: \
-         you acquired or accepted the task again since. Continue with the lease in details \
-         (lease_id, current_lease_version); stop using the old version."
-    } else {
-        "Your lease_version is not the task's current one: the task was leased again, or its \
-         lease ended, since. Stop writing and report; do not retry with a version you did not \
-         acquire."
+    let message = match (mismatch, yours.is_some()) {
+        (Some((sent, named)), true) => format!(
+            "The lease in the path has lease_version {named}, not {sent}: they name two \
+             different leases. The task's current lease is yours: continue with the lease \
+             in details (lease_id, current_lease_version)."
+        ),
+        (Some((sent, named)), false) => format!(
+            "The lease in the path has lease_version {named}, not {sent}: they name two \
+             different leases. Stop writing and report; do not retry with a version you did \
+             not acquire."
+        ),
+        (None, true) => "Your lease_version is not the task's current one, but the current \
+             lease is yours: you acquired or accepted the task again since. Continue with the \
+             lease in details (lease_id, current_lease_version); stop using the old version."
+            .to_owned(),
+        (None, false) => "Your lease_version is not the task's current one: the task was \
+             leased again, or its lease ended, since. Stop writing and report; do not retry \
+             with a version you did not acquire."
+            .to_owned(),
     };
     let mut details = json!({
         "current_lease_version": task.lease_version,
@@ -440,7 +453,10 @@ pub fn check(task: &LockedTask, caller: i64, lease_version: i64, guard: Guard) -
 /// what the lock statement read. `ask` must be what the statement asked.
 fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
     let Ask::Lease {
-        caller, version, ..
+        caller,
+        version,
+        path_version,
+        ..
     } = ask
     else {
         return Err(not_asked(task));
@@ -456,7 +472,12 @@ fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
             expires_at: lease.expires_at,
         }),
         (Some("lease_version_not_issued"), _) => Err(not_issued(task, version).into()),
-        (Some("stale_lease_version"), _) => Err(stale(task).into()),
+        (Some("stale_lease_version"), _) => {
+            let mismatch = path_version
+                .filter(|named| *named != version)
+                .map(|named| (version, named));
+            Err(stale(task, mismatch).into())
+        }
         (Some("lease_not_held"), _) => Err(ApiError::conflict(
             "lease_not_held",
             "This lease belongs to someone else. Stop writing and report.",

@@ -321,6 +321,43 @@ async fn another_members_version_is_lease_not_held() {
         .assert_error(409, "lease_not_held");
 }
 
+/// A path that names an old lease with the task's current version: the refusal says
+/// the two name different leases (not that the version is not current, which it
+/// is), and, the current lease being the caller's, where to continue.
+#[tokio::test]
+async fn a_path_lease_and_a_body_version_that_differ_are_worded_as_such() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mismatch", 1).await;
+    let a = &c.members[0];
+    let t = task(&app, a, c.orbit, "t").await;
+    let (old, v1) = lease(&app, a, t, 900).await;
+    assert_eq!(release(&app, a, old, v1).await.status, 200);
+    let (current, v2) = lease(&app, a, t, 900).await;
+    for verb in ["renew", "release"] {
+        let r = app
+            .post_keyed(
+                &format!("/api/v1/leases/{old}/{verb}"),
+                &a.token,
+                json!({"lease_version": v2}),
+            )
+            .await;
+        r.assert_error(409, "stale_lease_version");
+        let message = r.json["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!(
+                "The lease in the path has lease_version {v1}, not {v2}"
+            )),
+            "{verb}: {message}"
+        );
+        assert!(
+            message.contains("continue with the lease in details"),
+            "{message}"
+        );
+        assert_eq!(r.json["details"]["yours"], json!(true), "{}", r.text);
+        assert_eq!(r.json["details"]["lease_id"], json!(current), "{}", r.text);
+    }
+}
+
 #[tokio::test]
 async fn non_members_cannot_create_tasks_or_lease_them() {
     let app = TestApp::spawn().await;
