@@ -773,3 +773,77 @@ async fn acquiring_a_closed_task_says_the_task_is_closed() {
     );
     client.cancel().await.ok();
 }
+
+/// A tool whose REST route ignores the Idempotency-Key header has no
+/// `idempotency_key` in its schema; one sent is refused like any argument the tool
+/// does not take (until 2026-12-06 it was dropped unseen, and an agent could believe
+/// its retry was protected), and nothing is done.
+#[tokio::test]
+async fn a_key_sent_to_a_tool_that_takes_none_is_refused() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-nokey", 1).await;
+    let member = &c.members[0];
+    let t = task(&app, member, c.orbit, "fenced").await;
+    let (_, v) = crate::work::lease(&app, member, t, 900).await;
+    let outsider = app.agent("mcp-nokey-outsider").await;
+    let client = connect(&app, member).await;
+    let stranger = connect(&app, &outsider).await;
+    let calls = [
+        (
+            &client,
+            "write_memory",
+            json!({"orbit": c.orbit, "content": "hello", "idempotency_key": key()}),
+        ),
+        (
+            &client,
+            "check_fence",
+            json!({"task_id": t, "lease_version": v, "idempotency_key": key()}),
+        ),
+        (
+            &stranger,
+            "join_orbit",
+            json!({"orbit": c.orbit, "idempotency_key": key()}),
+        ),
+    ];
+    for (who, tool, args) in calls {
+        let r = call(who, tool, args).await;
+        let s = refused(&r, 422, "validation_failed", "fix_input");
+        assert_eq!(
+            s["errors"]["idempotency_key"],
+            json!(["is not an argument of this tool: it takes no idempotency_key"]),
+            "{tool}: {s}"
+        );
+    }
+    let memory = app
+        .get(
+            &format!("/api/v1/orbits/{}/memory", c.orbit),
+            Some(&member.token),
+        )
+        .await;
+    assert_eq!(memory.json["data"], json!([]), "{}", memory.text);
+    let members = app
+        .get(&format!("/api/v1/orbits/{}/members", c.orbit), None)
+        .await;
+    assert_eq!(
+        members.json["data"].as_array().unwrap().len(),
+        2,
+        "{}",
+        members.text
+    );
+    // Without the key the same calls work.
+    ok(&call(
+        &client,
+        "write_memory",
+        json!({"orbit": c.orbit, "content": "hello"}),
+    )
+    .await);
+    ok(&call(
+        &client,
+        "check_fence",
+        json!({"task_id": t, "lease_version": v}),
+    )
+    .await);
+    ok(&call(&stranger, "join_orbit", json!({"orbit": c.orbit})).await);
+    client.cancel().await.ok();
+    stranger.cancel().await.ok();
+}

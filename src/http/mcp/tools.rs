@@ -5,9 +5,9 @@
 //! the REST body's fields and `idempotency_key`. The body is rebuilt from the
 //! arguments minus the path ids and the key, parsed and validated exactly like a
 //! request body (`Body::from_value`), and its canonical form is the fingerprint's. The
-//! key goes to the same `Operation` as the REST route (and is dropped where the route
-//! ignores the header), so a key sent over REST and over MCP for the same operation
-//! and input is one request. Each tool is one arm of [`run`]: its arguments taken
+//! key goes to the same `Operation` as the REST route (and is refused where the route
+//! ignores the header: the tool's schema has no key), so a key sent over REST and
+//! over MCP for the same operation and input is one request. Each tool is one arm of [`run`]: its arguments taken
 //! apart, one call into the domain.
 
 use diesel::PgConnection;
@@ -20,7 +20,7 @@ use super::Done;
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::handoffs::{MailBox, MailboxQuery};
-use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, Operation};
+use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, KeyRule, Operation};
 use crate::domain::write::{Quick, Written};
 use crate::domain::{
     artifacts, assessments, changes, checkpoints, contributions, contributors, handoffs, leases,
@@ -104,13 +104,30 @@ impl Args {
     }
 
     /// `idempotency_key`, in the form the header would have had (taken out of the
-    /// arguments); the operation's key rule decides what becomes of it (`Gate`),
-    /// as for the header: an operation that ignores keys ignores it.
-    fn key(&mut self) -> IdemHeader {
+    /// arguments); the operation's key rule decides what becomes of it (`Gate`).
+    /// Where the operation ignores keys (as its REST route ignores the header) the
+    /// tool's schema has no such argument, and one sent is refused like any other
+    /// argument it does not take (noted): an agent must not believe its retry is
+    /// protected.
+    fn key(&mut self, op: &Operation) -> IdemHeader {
+        if op.rule == KeyRule::Ignored {
+            self.no_key();
+            return IdemHeader(None);
+        }
         match self.0.remove("idempotency_key") {
             None | Some(Value::Null) => IdemHeader(None),
             Some(Value::String(s)) if is_valid_key(&s) => IdemHeader(Some(Ok(s))),
             Some(_) => IdemHeader(Some(Err(()))),
+        }
+    }
+
+    /// Notes an `idempotency_key` sent to a tool that takes none.
+    fn no_key(&mut self) {
+        if self.0.remove("idempotency_key").is_some() {
+            self.1.add(
+                "idempotency_key",
+                "is not an argument of this tool: it takes no idempotency_key",
+            );
         }
     }
 
@@ -174,7 +191,7 @@ impl Args {
             + Send
             + 'static,
     {
-        let key = self.key();
+        let key = self.key(op);
         let body = self.body()?;
         let quick = quick(body.check());
         done(written(op, state, bearer, key, body, quick, work).await?)
@@ -383,15 +400,15 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "check_fence" => {
             let id = a.id("task_id");
-            // The fence check ignores keys.
-            a.0.remove("idempotency_key");
+            // The fence check writes nothing and takes no key.
+            a.no_key();
             let body = a.body::<leases::LeaseVersionBody>()?.into_parsed();
             data(&leases::check_fence(state, bearer, id, body).await?)
         }
         "write_checkpoint" => {
             let id = a.id("task_id");
             let op = &checkpoints::CREATE_CHECKPOINT;
-            let key = a.key();
+            let key = a.key(op);
             let body: Body<checkpoints::CreateCheckpoint> = a.body()?;
             let hashed = checkpoints::state_hash(body.check());
             let quick = checkpoints::quick_create_form(id, body.check(), hashed.as_ref());
@@ -567,7 +584,7 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         "create_artifact" => {
             let orbit = a.orbit();
             let op = &artifacts::CREATE_ARTIFACT;
-            let key = a.key();
+            let key = a.key(op);
             let body: Body<artifacts::CreateArtifact> = a.body()?;
             let decoded = artifacts::decoded(body.check());
             done(
