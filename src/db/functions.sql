@@ -872,8 +872,11 @@ BEGIN
          WHERE id = p_id;
         RETURN 'DELIVERED';
     END IF;
-    INSERT INTO webhook_deliveries (webhook_id, revision, attempt, status_code, error, duration_ms)
-    VALUES (p_id, p_revision, v_w.attempts + 1, p_status, p_error, p_duration_ms)
+    -- `attempted_at` is when the attempt started: now, less the time it took.
+    INSERT INTO webhook_deliveries (webhook_id, revision, attempt, status_code, error,
+                                    duration_ms, attempted_at)
+    VALUES (p_id, p_revision, v_w.attempts + 1, p_status, p_error, p_duration_ms,
+            clock_timestamp() - p_duration_ms * interval '1 millisecond')
     RETURNING id INTO v_log;
     IF v_log % 16 = 0 THEN
         DELETE FROM webhook_deliveries

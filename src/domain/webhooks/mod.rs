@@ -240,6 +240,8 @@ pub struct Delivery {
     #[schema(required = true)]
     pub error: Option<String>,
     pub duration_ms: i32,
+    /// When the attempt started (the database's clock when it was recorded, less
+    /// `duration_ms`).
     #[serde(with = "ts")]
     pub attempted_at: DateTime<Utc>,
 }

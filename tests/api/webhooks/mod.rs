@@ -290,6 +290,18 @@ async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout
         "{}",
         log[2]
     );
+    // `attempted_at` is when an attempt started: the log's gap between the timed-out
+    // attempt and the next is the receiver's (recorded at the end, it was 500 ms
+    // shorter).
+    let at = |d: &Value| {
+        chrono::DateTime::parse_from_rfc3339(d["attempted_at"].as_str().unwrap()).unwrap()
+    };
+    let logged = (at(&log[3]) - at(&log[2])).num_milliseconds();
+    let received = (got[3].at - got[2].at).as_millis() as i64;
+    assert!(
+        (logged - received).abs() < 250,
+        "attempted_at gap {logged} ms, receiver's {received} ms: {log:?}"
+    );
 }
 
 /// A 2xx within the timeout is success, whatever the body does after it: a receiver
