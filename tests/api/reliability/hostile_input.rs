@@ -27,7 +27,16 @@ async fn nul_characters_in_text_are_422_not_500() {
     let before = sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM changes");
 
     let nul = "a\u{0}b";
-    let cases: Vec<(&str, Option<&str>, Method, String, Option<&str>, Value)> = vec![
+    // What is sent, the field its 422 names, the request, the token, the body.
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Method,
+        String,
+        Option<&'a str>,
+        Value,
+    );
+    let cases: Vec<Case> = vec![
         (
             "register name",
             Some("name"),
