@@ -21,6 +21,10 @@
 //! replay's read, so the replay has it. The subscriber sends revisions strictly in
 //! order, skips those it has sent and fills a hole (not expected) with a read of
 //! its own.
+//!
+//! **The per-client cap.** A client's open streams are counted; at the cap, its
+//! streams are first asked to write, so that those whose connections it closed
+//! (which only a failed write reveals) give their places back ([`PROBES`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -50,6 +54,14 @@ const TAIL_TICK: Duration = Duration::from_secs(1);
 /// notification lost between instances (a crash between commit and `NOTIFY`) then
 /// delays events by at most this long.
 const SAFETY_READ_TICKS: u32 = 15;
+/// A client at its cap of open streams may hold places for streams whose connection
+/// it closed: the server learns of a closed connection only when a write to it
+/// fails, and the first write after the close still succeeds (the peer's reset
+/// makes the next one fail). So before a 429, the client's streams are asked to
+/// write a keep-alive this many times, this far apart, and the cap looked at again
+/// after each.
+const PROBES: u32 = 4;
+const PROBE_GAP: Duration = Duration::from_millis(25);
 /// What a stream tells the client before it ends: reconnect after this many ms.
 const RETRY: &[u8] = b"retry: 1000\n\n";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -141,6 +153,8 @@ pub struct Streams {
     tails: Mutex<HashMap<i64, Arc<Tail>>>,
     clients: Arc<PollCounts>,
     closing: watch::Sender<bool>,
+    /// Asks the streams of a client to write a keep-alive now ([`PROBES`]).
+    probes: broadcast::Sender<PollClient>,
     /// Streams open now.
     pub open: AtomicU64,
     /// Subscribers dropped because their queue was full (they stopped reading).
@@ -161,6 +175,7 @@ impl Default for Streams {
             tails: Mutex::default(),
             clients: Arc::default(),
             closing: watch::Sender::new(false),
+            probes: broadcast::channel(64).0,
             open: AtomicU64::default(),
             dropped: AtomicU64::default(),
             tail_reads: AtomicU64::default(),
@@ -333,7 +348,7 @@ pub async fn open(
     }
     let streams = core.events.clone();
     let cap = core.config.max_streams_per_client;
-    let Some(slot) = streams.clients.enter_owned(client, cap) else {
+    let Some(slot) = streams.enter(client, cap).await else {
         return Err(ApiError::too_many_requests(1).with_message(format!(
             "This client already has {cap} event streams open. Close one, or follow \
              the feed with one stream per orbit."
@@ -354,10 +369,32 @@ pub async fn open(
         replaying: true,
         done: false,
         keep_alive: Duration::from_secs(core.config.stream_keepalive_seconds.clamp(1, 15)),
+        quiet_since: Instant::now(),
         deadline: Instant::now() + Duration::from_secs(core.config.stream_max_seconds),
         closing: streams.closing.subscribe(),
+        client,
+        probes: streams.probes.subscribe(),
     };
     Ok(Some(Box::pin(futures_util::stream::unfold(sub, next))))
+}
+
+impl Streams {
+    /// A place under the client's cap of open streams; at the cap, first the
+    /// places of streams whose connections the client closed are found ([`PROBES`]).
+    async fn enter(self: &Arc<Self>, client: PollClient, cap: u32) -> Option<OwnedPollSlot> {
+        if let Some(slot) = self.clients.enter_owned(client, cap) {
+            return Some(slot);
+        }
+        for _ in 0..PROBES {
+            // No receiver is no stream to probe (an error only then).
+            let _ = self.probes.send(client);
+            tokio::time::sleep(PROBE_GAP).await;
+            if let Some(slot) = self.clients.enter_owned(client, cap) {
+                return Some(slot);
+            }
+        }
+        None
+    }
 }
 
 /// Counts the stream as open and holds its place in the client's count until the
@@ -386,8 +423,21 @@ struct Subscriber {
     replaying: bool,
     done: bool,
     keep_alive: Duration,
+    /// When the stream last sent something: a keep-alive follows `keep_alive` after.
+    quiet_since: Instant,
     deadline: Instant,
     closing: watch::Receiver<bool>,
+    /// Whose stream this is, and where [`Streams::enter`] asks it to write.
+    client: PollClient,
+    probes: broadcast::Receiver<PollClient>,
+}
+
+/// What a waiting stream does next.
+enum Step {
+    End,
+    KeepAlive,
+    Queue(Option<Shared>),
+    Nothing,
 }
 
 impl Subscriber {
@@ -458,6 +508,7 @@ impl Subscriber {
 async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscriber)> {
     loop {
         if let Some(b) = s.take_out() {
+            s.quiet_since = Instant::now();
             return Some((Ok(b), s));
         }
         if s.done {
@@ -474,15 +525,23 @@ async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscribe
             }
             continue;
         }
-        let got = tokio::select! {
-            _ = s.closing.changed() => None,
-            _ = tokio::time::sleep_until(s.deadline) => None,
-            got = tokio::time::timeout(s.keep_alive, s.queue.recv()) => Some(got),
+        let step = tokio::select! {
+            _ = s.closing.changed() => Step::End,
+            _ = tokio::time::sleep_until(s.deadline) => Step::End,
+            _ = tokio::time::sleep_until(s.quiet_since + s.keep_alive) => Step::KeepAlive,
+            got = s.queue.recv() => Step::Queue(got),
+            probe = s.probes.recv() => match probe {
+                Ok(client) if client == s.client => Step::KeepAlive,
+                Ok(_) => Step::Nothing,
+                Err(broadcast::error::RecvError::Lagged(_)) => Step::KeepAlive,
+                Err(broadcast::error::RecvError::Closed) => Step::End,
+            },
         };
-        match got {
-            None => s.end(),
-            Some(Err(_)) => s.out.push_back(Bytes::from_static(KEEP_ALIVE)),
-            Some(Ok(Some(batch))) => {
+        match step {
+            Step::End => s.end(),
+            Step::KeepAlive => s.out.push_back(Bytes::from_static(KEEP_ALIVE)),
+            Step::Nothing => {}
+            Step::Queue(Some(batch)) => {
                 s.accept(&batch).await;
                 // Batches that queued meanwhile go out in the same chunk.
                 while !s.done {
@@ -493,7 +552,7 @@ async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscribe
                 }
             }
             // Dropped by the tail: it fell a whole queue behind.
-            Some(Ok(None)) => s.end(),
+            Step::Queue(None) => s.end(),
         }
     }
 }

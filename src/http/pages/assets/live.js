@@ -137,9 +137,9 @@
     }
 
     // EventSource reconnects by itself after a dropped stream (with Last-Event-ID),
-    // but not after a refusal (429 past the per-client cap, while the streams of
-    // pages just closed still count; an error status): then it is closed, and a new
-    // one is opened later, from the last change seen, waiting longer each time.
+    // but not after a refusal (429 past the per-client cap; an error status): then
+    // it is closed, and a new one is opened later, from the last change seen,
+    // waiting longer each time.
     var delay = 2000;
     function connect() {
       var source = new EventSource(
