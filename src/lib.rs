@@ -151,8 +151,7 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
         };
         app.app_data(data.clone())
             .app_data(known.clone())
-            .app_data(crate::http::json::DocumentedQuery(routes::documented_query))
-            .app_data(routes::path_config())
+            .app_data(routes::facts())
             .app_data(routes::json_config())
             .configure(|cfg| mcp::configure(cfg, &mcp))
             .service(web::redirect("/docs", "/docs/"))

@@ -16,7 +16,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Cursor, Page, Validate};
+use crate::model::{page_bounds, page_problems, verbatim, Cursor, Page, Validate};
 use crate::store::contributions::{self as store, Assessment, Verdict};
 use crate::store::{problems, refs};
 
@@ -129,11 +129,19 @@ pub struct AssessmentQuery {
 impl AssessmentQuery {
     /// The page asked for, or 422 for a bad `limit`, `after` or `revision`.
     fn cursor(&self) -> ApiResult<Cursor> {
-        let cursor = page_bounds(self.limit, self.after)?;
+        let mut e = FieldErrors::default();
+        self.validate(&mut e);
+        e.finish()?;
+        page_bounds(self.limit, self.after)
+    }
+}
+
+impl Validate for AssessmentQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
         if self.revision.is_some_and(|r| r < 1) {
-            return Err(ApiError::field("revision", "must be at least 1"));
+            e.add("revision", "must be at least 1");
         }
-        Ok(cursor)
     }
 }
 

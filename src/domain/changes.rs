@@ -18,6 +18,7 @@ use crate::domain::auth::Bearer;
 use crate::domain::feed::{woken, OrbitWaiters, PollClient, Snapshot};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::model::Validate;
 use crate::store::changes::load_page;
 pub use crate::store::changes::ChangeOut;
 
@@ -54,6 +55,20 @@ pub struct ChangesQuery {
 /// The largest page: what a shared read fetches, so it serves every waiter.
 const MAX_LIMIT: i64 = 500;
 
+impl Validate for ChangesQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        if self.after.is_some_and(|a| a < 0) {
+            e.add("after", "must not be negative");
+        }
+        if let Some(limit) = self.limit {
+            e.range("limit", limit, 1, MAX_LIMIT);
+        }
+        if let Some(wait) = self.wait {
+            e.range("wait", wait, 0, 30);
+        }
+    }
+}
+
 /// One page of an orbit's changes, waiting up to `wait` seconds for the next change
 /// when there is none yet (REST and MCP). `reference` is the orbit id or slug;
 /// `addr` the client address, which counts the long polls of a request without a
@@ -65,16 +80,12 @@ pub async fn read_page(
     q: ChangesQuery,
     addr: Option<std::net::IpAddr>,
 ) -> ApiResult<ChangePage> {
+    let mut errors = FieldErrors::default();
+    q.validate(&mut errors);
+    errors.finish()?;
     let after = q.after.unwrap_or(0);
     let limit = q.limit.unwrap_or(100);
     let wait = q.wait.unwrap_or(0);
-    let mut errors = FieldErrors::default();
-    if after < 0 {
-        errors.add("after", "must not be negative");
-    }
-    errors.range("limit", limit, 1, MAX_LIMIT);
-    errors.range("wait", wait, 0, 30);
-    errors.finish()?;
 
     let deadline = Instant::now() + Duration::from_secs(wait as u64);
     let client = match bearer.cache_key(&core.tokens) {

@@ -20,7 +20,7 @@ use crate::domain::revision::{Change, PENDING};
 use crate::domain::write::{claim, public_list, public_page, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, verbatim, Cursor, Page, PageParams, Validate};
+use crate::model::{page_bounds, page_problems, verbatim, Cursor, Page, PageParams, Validate};
 use crate::perf::listcache::ListRoute;
 use crate::perf::quick::QuickCall;
 use crate::store::contributions::{
@@ -218,6 +218,12 @@ pub struct ContributionQuery {
     /// Return contributions with an id greater than this.
     #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+impl Validate for ContributionQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
+    }
 }
 
 impl ContributionQuery {

@@ -21,7 +21,7 @@ use crate::domain::tasks::task_member;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, Page, PageParams, Validate};
+use crate::model::{page_bounds, page_problems, Page, PageParams, Validate};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
 use crate::store::tasks::{self as task_store, Lease};
@@ -451,6 +451,12 @@ pub struct MailboxQuery {
     pub limit: Option<i64>,
     #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+impl Validate for MailboxQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
+    }
 }
 
 /// The caller's inbox or outbox page (REST and MCP).

@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, Cursor, Page, Validate};
+use crate::model::{page_bounds, page_problems, Cursor, Page, Validate};
 use crate::store::memory::{self as store, MemoryRecord};
 
 pub const MAX_TAGS: usize = 32;
@@ -104,9 +104,19 @@ pub struct MemoryQuery {
 impl MemoryQuery {
     /// The page asked for, or 422 for a bad `limit`, `after` or `tag`.
     fn cursor(&self) -> ApiResult<Cursor> {
-        let cursor = page_bounds(self.limit, self.after)?;
-        check_tag(self.tag.as_deref())?;
-        Ok(cursor)
+        let mut e = FieldErrors::default();
+        self.validate(&mut e);
+        e.finish()?;
+        page_bounds(self.limit, self.after)
+    }
+}
+
+impl Validate for MemoryQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
+        if let Some(tag) = &self.tag {
+            e.text("tag", tag, 1, MAX_TAG_CHARS);
+        }
     }
 }
 
@@ -135,14 +145,4 @@ pub async fn list(
         },
     )
     .await
-}
-
-/// The `tag` filter of the memory list.
-fn check_tag(tag: Option<&str>) -> ApiResult<()> {
-    if let Some(tag) = tag {
-        let mut e = FieldErrors::default();
-        e.text("tag", tag, 1, MAX_TAG_CHARS);
-        e.finish()?;
-    }
-    Ok(())
 }

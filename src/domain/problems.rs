@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, Page, Validate};
+use crate::model::{page_bounds, page_problems, Page, Validate};
 use crate::store::contributions as contribution_store;
 use crate::store::handoffs as handoff_store;
 use crate::store::orbits::Role;
@@ -86,6 +86,12 @@ pub struct ProblemQuery {
     /// Return problems with an id greater than this.
     #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+impl Validate for ProblemQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
+    }
 }
 
 impl ProblemQuery {

@@ -145,9 +145,24 @@ struct Checked {
     cursor: Option<Cursor>,
 }
 
+impl crate::model::Validate for SearchQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        read(self, e);
+    }
+}
+
+/// The query as a search runs it, or 422 with every problem.
 fn check(query: SearchQuery) -> ApiResult<Checked> {
     let mut e = FieldErrors::default();
-    let q = match query.q {
+    let checked = read(&query, &mut e);
+    e.finish()?;
+    Ok(checked)
+}
+
+/// The query read as a search runs it, its problems noted in `e` (the one reading
+/// of a search's parameters: `check`, and the query's `Validate`).
+fn read(query: &SearchQuery, e: &mut FieldErrors) -> Checked {
+    let q = match &query.q {
         None => {
             e.add("q", "is required");
             String::new()
@@ -200,14 +215,13 @@ fn check(query: SearchQuery) -> ApiResult<Checked> {
             }
         },
     };
-    e.finish()?;
-    Ok(Checked {
+    Checked {
         q,
-        orbit: query.orbit,
+        orbit: query.orbit.clone(),
         kinds,
         limit,
         cursor,
-    })
+    }
 }
 
 /// Runs a search as a public read: a presented token is checked first (401), then

@@ -16,7 +16,7 @@ use crate::domain::revision::{Change, PENDING};
 use crate::domain::write::{claim, public_list, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, Cursor, PageParams, Validate};
+use crate::model::{page_bounds, page_problems, Cursor, PageParams, Validate};
 use crate::perf::listcache::ListRoute;
 use crate::perf::quick::QuickCall;
 use crate::store::contributors as contributor_store;
@@ -162,6 +162,12 @@ pub struct TaskQuery {
     /// Return tasks with an id greater than this.
     #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+impl Validate for TaskQuery {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
+    }
 }
 
 impl TaskQuery {

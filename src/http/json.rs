@@ -13,8 +13,9 @@
 //! integral number (`1643.0`) counts as an integer wherever one is expected, as in
 //! JSON Schema (issue 26, findings 2 and 10).
 //!
-//! `Query<T>` reads a query string and, like a body, reports every bad parameter at
-//! once in plain words (contract section 17).
+//! [`parse_query`] reads a query string and, like a body, reports every bad
+//! parameter at once in plain words (contract section 17); `params::Query` is its
+//! extractor.
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
@@ -355,6 +356,17 @@ const QUERY_PROBES: [&str; 4] = ["1", "true", "x", ""];
 /// was at (the client's own name for an unknown one, empty when it names none), so
 /// the caller decides whether it may be named.
 pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, Vec<(String, String)>> {
+    match parse_query_partly(query) {
+        (Some(parsed), problems) if problems.is_empty() => Ok(parsed),
+        (_, problems) => Err(problems),
+    }
+}
+
+/// [`parse_query`], with the value the parameters that did parse make (the bad ones
+/// left out, a missing required one given a stand-in) beside the problems, so the
+/// caller can also judge those values (`params::Query`): `None` when none could be
+/// made. A problem always comes with `None` or a value made without it.
+pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(String, String)>) {
     use url::form_urlencoded;
     let mut pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
@@ -368,8 +380,7 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, Vec<(String, S
             .finish();
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));
         let e = match serde_path_to_error::deserialize::<_, T>(de) {
-            Ok(parsed) if problems.is_empty() => return Ok(parsed),
-            Ok(_) => return Err(problems),
+            Ok(parsed) => return (Some(parsed), problems),
             Err(e) => e,
         };
         let path = e.path().to_string();
@@ -416,7 +427,7 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, Vec<(String, S
     if problems.is_empty() {
         problems.push((String::new(), "is not valid for this request".to_owned()));
     }
-    Err(problems)
+    (None, problems)
 }
 
 /// [`plain_words`] for a query value, which also turns the standard library's parse
@@ -434,59 +445,6 @@ fn query_words(inner: &str) -> String {
         "must be true or false".to_owned()
     } else {
         plain_words(inner)
-    }
-}
-
-/// Finds the documented query parameters of the route a request is for
-/// (`routes::documented_query`, from `routes::KnownRoutes`), set as app data by the
-/// app builder: this module sits below the route table.
-#[derive(Clone, Copy)]
-pub struct DocumentedQuery(pub fn(&HttpRequest) -> Vec<String>);
-
-/// A route's query string, parsed with [`parse_query`]: every bad parameter is in
-/// one 422 `validation_failed`, filed under its name only when it is a documented
-/// parameter of the route ([`DocumentedQuery`]), else under `query`: never a name
-/// the client made up. Derefs to `T`.
-pub struct Query<T>(pub T);
-
-impl<T> Query<T> {
-    pub fn into_inner(self) -> T {
-        self.0
-    }
-}
-
-impl<T> std::ops::Deref for Query<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T: DeserializeOwned> FromRequest for Query<T> {
-    type Error = ApiError;
-    type Future = std::future::Ready<Result<Self, Self::Error>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(
-            parse_query(req.query_string())
-                .map(Query)
-                .map_err(|problems| {
-                    let documented = req
-                        .app_data::<DocumentedQuery>()
-                        .map(|find| (find.0)(req))
-                        .unwrap_or_default();
-                    let mut errors = FieldErrors::default();
-                    for (param, words) in problems {
-                        let field = if documented.contains(&param) {
-                            param.as_str()
-                        } else {
-                            "query"
-                        };
-                        errors.add(field, words);
-                    }
-                    errors.into_error()
-                }),
-        )
     }
 }
 

@@ -1,5 +1,5 @@
 //! The HTTP layer: the route table and OpenAPI root (`routes`), the body extractor
-//! (`json`), the middleware in front of every handler (`ratelimit`, `telemetry`),
+//! (`json`), the path and query extractors (`params`), the middleware in front of every handler (`ratelimit`, `telemetry`),
 //! the REST handlers by resource (`api`), the MCP endpoint (`mcp`) and the pages
 //! for people (`pages`). A handler
 //! parses, calls one domain function and shapes the answer.
@@ -9,6 +9,7 @@ pub mod json;
 pub mod limits;
 pub mod mcp;
 pub mod pages;
+pub mod params;
 pub mod ratelimit;
 pub mod routes;
 pub mod state;

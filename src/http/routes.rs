@@ -204,6 +204,8 @@ struct KnownRoute {
     methods: Vec<String>,
     /// Documented query parameters.
     query: Vec<String>,
+    /// The methods whose operations need a token.
+    token_methods: Vec<String>,
 }
 
 impl KnownRoutes {
@@ -229,10 +231,26 @@ impl KnownRoutes {
                 .filter(|p| p.get("in").and_then(|i| i.as_str()) == Some("query"))
                 .filter_map(|p| Some(p.get("name")?.as_str()?.to_owned()))
                 .collect();
+            // `security` without an empty alternative (`{}`): a token is needed.
+            let token_methods = operations
+                .iter()
+                .filter(|(_, op)| {
+                    op.get("security")
+                        .and_then(|s| s.as_array())
+                        .is_some_and(|alternatives| {
+                            !alternatives.is_empty()
+                                && alternatives
+                                    .iter()
+                                    .all(|a| a.as_object().is_some_and(|o| !o.is_empty()))
+                        })
+                })
+                .map(|(k, _)| k.to_ascii_uppercase())
+                .collect();
             routes.push(KnownRoute {
                 def: ResourceDef::new(path.as_str()),
                 methods,
                 query,
+                token_methods,
             });
         }
         KnownRoutes(std::sync::Arc::new(routes))
@@ -245,6 +263,12 @@ impl KnownRoutes {
             .filter(|r| r.def.is_match(path))
             .flat_map(|r| r.query.iter().cloned())
             .collect()
+    }
+
+    fn token_required(&self, path: &str, method: &str) -> bool {
+        self.0
+            .iter()
+            .any(|r| r.def.is_match(path) && r.token_methods.iter().any(|m| m == method))
     }
 
     fn allowed(&self, path: &str) -> Option<Vec<String>> {
@@ -315,31 +339,29 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
     })
 }
 
-/// Path extractor failures → 422 in the envelope.
-pub fn path_config() -> web::PathConfig {
-    web::PathConfig::default().error_handler(|_, req| {
-        // In plain words (contract section 17), not the deserializer's: every path
-        // parameter but `orbit` (an id or a slug) is a number (an id, or a
-        // revision's `n`).
-        let message = req
-            .match_info()
-            .iter()
-            .find(|(name, value)| *name != "orbit" && value.parse::<i64>().is_err())
-            .map(|(name, value)| {
-                format!("`{name}` in the path must be a whole number below 2^63, not {value:?}.")
-            })
-            .unwrap_or_else(|| "A path parameter must be a whole number below 2^63.".into());
-        ApiError::invalid("invalid_path", message).into()
-    })
-}
-
 /// The documented query parameters of the route `req` is for, the only names a
-/// query error is filed under (`json::Query`): never a value or a name the client
+/// query error is filed under (`params::Query`): never a value or a name the client
 /// made up (`?box=all` once gave `errors.all`).
 pub fn documented_query(req: &HttpRequest) -> Vec<String> {
     req.app_data::<web::Data<KnownRoutes>>()
         .map(|k| k.query_params(req.path()))
         .unwrap_or_default()
+}
+
+/// Whether the route `req` is for needs a token (its operation's `security` offers
+/// no anonymous alternative): then a bad parameter of a request without one is 401
+/// (`params::unauthorized_first`).
+pub fn token_required(req: &HttpRequest) -> bool {
+    req.app_data::<web::Data<KnownRoutes>>()
+        .is_some_and(|k| k.token_required(req.path(), req.method().as_str()))
+}
+
+/// What `params` asks of the route table.
+pub fn facts() -> crate::http::params::RouteFacts {
+    crate::http::params::RouteFacts {
+        documented_query,
+        token_required,
+    }
 }
 
 pub fn json_config() -> web::JsonConfig {

@@ -8,7 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::{ApiError, ApiResult, FieldErrors};
+use crate::error::{ApiResult, FieldErrors};
 
 /// Field-level checks a request body runs after it parsed (its rules live with its
 /// operation in `domain`).
@@ -112,6 +112,12 @@ impl PageParams {
     }
 }
 
+impl Validate for PageParams {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, 100);
+    }
+}
+
 /// The window of a list request, the one owner of paging (REST and MCP alike):
 /// items whose key is greater than `after`, at most `limit` of them. A store
 /// function reads [`Cursor::fetch`] rows (one more than the page), and
@@ -145,15 +151,25 @@ impl Cursor {
 /// The cursor of a list request with defaults applied (limit 50, after 0), or 422:
 /// for query types that carry filters beside `limit` and `after`.
 pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<Cursor> {
-    let limit = limit.unwrap_or(50);
-    if !(1..=100).contains(&limit) {
-        return Err(ApiError::field("limit", "must be between 1 and 100"));
+    let mut e = FieldErrors::default();
+    page_problems(&mut e, limit, after, 100);
+    e.finish()?;
+    Ok(Cursor {
+        after: after.unwrap_or(0),
+        limit: limit.unwrap_or(50),
+    })
+}
+
+/// The paging rule's problems, both at once: `limit` 1..=`max` (default 50),
+/// `after` not negative. A query's [`Validate`] lists them beside its other
+/// problems (`params::Query`), and [`page_bounds`] refuses with them.
+pub fn page_problems(e: &mut FieldErrors, limit: Option<i64>, after: Option<i64>, max: i64) {
+    if let Some(limit) = limit {
+        e.range("limit", limit, 1, max);
     }
-    let after = after.unwrap_or(0);
-    if after < 0 {
-        return Err(ApiError::field("after", "must not be negative"));
+    if after.is_some_and(|a| a < 0) {
+        e.add("after", "must not be negative");
     }
-    Ok(Cursor { after, limit })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]

@@ -168,6 +168,41 @@ async fn a_bad_query_parameter_is_422() {
     }
     let r = app.get("/api/v1/orbits?limit=0", None).await;
     assert!(r.json["errors"]["limit"].is_array(), "{}", r.text);
+    // Every bad parameter at once: a value out of range beside another's type
+    // problem, and both ends of the page (until 2026-12-06 the first one only).
+    let orbit = app.orbit(&a, "all-at-once").await;
+    for (query, fields) in [
+        ("status=x&limit=0", vec!["limit", "status"]),
+        ("after=-1&limit=0", vec!["after", "limit"]),
+        (
+            "leased=maybe&after=-1&limit=500",
+            vec!["after", "leased", "limit"],
+        ),
+    ] {
+        let r = app
+            .get(&format!("/api/v1/orbits/{orbit}/tasks?{query}"), None)
+            .await;
+        r.assert_error(422, "validation_failed");
+        let named: Vec<&str> = r.json["errors"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(named, fields, "{query}: {}", r.text);
+    }
+    let r = app
+        .get(
+            "/api/v1/orbits/all-at-once/changes?after=-1&limit=0&wait=99",
+            None,
+        )
+        .await;
+    assert_eq!(
+        r.json["errors"].as_object().map(|e| e.len()),
+        Some(3),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]
@@ -300,6 +335,81 @@ async fn a_bad_body_never_hides_401_404_or_403() {
         app.send(method, path, token, key, Some(body.clone()))
             .await
             .assert_error(status, code);
+    }
+}
+
+/// A path or query parameter that does not parse is judged before the handler runs,
+/// but its 422 never hides a 401: no token on a route that needs one, or a token
+/// that is not valid (well-formed, unknown or revoked). A public route without a
+/// token, or a valid token, still gets the 422. Until 2026-12-06 the 422 came first.
+#[tokio::test]
+async fn a_bad_path_or_query_parameter_never_hides_401() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "param-precedence").await;
+    let revoked = app.agent("revoked").await;
+    let tokens = app.get("/api/v1/me/tokens", Some(&revoked.token)).await;
+    let id = tokens.json["data"][0]["id"].as_i64().expect("a token id");
+    let r = app
+        .send(
+            Method::DELETE,
+            &format!("/api/v1/me/tokens/{id}"),
+            Some(&revoked.token),
+            None,
+            None,
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+    // Well-formed, never issued: the owner's token with its secret changed.
+    let unknown = {
+        let mut t = owner.token.clone();
+        let last = t.pop().unwrap();
+        t.push(if last == 'A' { 'B' } else { 'A' });
+        t
+    };
+    let bad_query = "/api/v1/handoffs?box=bogus";
+    let bad_limit = "/api/v1/me/tokens?limit=0";
+    let bad_path = "/api/v1/leases/abc/renew";
+    let public_bad_query = format!("/api/v1/orbits/{orbit}/tasks?limit=0");
+    let public_bad_path = "/api/v1/tasks/abc";
+    #[rustfmt::skip]
+    let cases: [(Method, &str, Option<&str>, u16); 14] = [
+        (Method::GET, bad_query, None, 401),
+        (Method::GET, bad_query, Some(&unknown), 401),
+        (Method::GET, bad_query, Some(&revoked.token), 401),
+        (Method::GET, bad_query, Some(&owner.token), 422),
+        (Method::GET, bad_limit, None, 401),
+        (Method::GET, bad_limit, Some(&owner.token), 422),
+        (Method::POST, bad_path, None, 401),
+        (Method::POST, bad_path, Some(&unknown), 401),
+        (Method::POST, bad_path, Some(&owner.token), 422),
+        // Public reads: without a token the 422; a bad token is still 401.
+        (Method::GET, &public_bad_query, None, 422),
+        (Method::GET, &public_bad_query, Some(&unknown), 401),
+        (Method::GET, public_bad_path, None, 422),
+        (Method::GET, public_bad_path, Some(&revoked.token), 401),
+        (Method::GET, public_bad_path, Some(&owner.token), 422),
+    ];
+    for (i, (method, path, token, status)) in cases.into_iter().enumerate() {
+        let r = app
+            .send(method.clone(), path, token, Some("k-1"), None)
+            .await;
+        assert_eq!(r.status, status, "case {i}: {method} {path}: {}", r.text);
+        let code = r.assert_envelope(status);
+        assert_eq!(
+            code,
+            match status {
+                401 => "unauthorized",
+                _ if path.contains("abc") => "invalid_path",
+                _ => "validation_failed",
+            },
+            "{method} {path} ({}): {}",
+            token.map_or("no token", |_| "a token"),
+            r.text
+        );
+        if status == 401 {
+            assert!(r.header("www-authenticate").is_some(), "{}", r.text);
+        }
     }
 }
 

@@ -353,12 +353,17 @@ impl Bearer {
         self.0.as_deref().map(|t| cache.cache_key(t))
     }
 
-    /// A caller is required: no token → 401.
+    /// A caller is required: no token → 401 ([`Bearer::missing`]).
     pub fn require(&self, conn: &mut PgConnection, cache: &TokenCache) -> TxResult<Caller> {
         match self.optional(conn, cache)? {
             Some(c) => Ok(c),
-            None => Err(ApiError::unauthorized("This route needs a bearer token.").into()),
+            None => Err(Bearer::missing().into()),
         }
+    }
+
+    /// The 401 of a route that needs a token, to a request without one.
+    pub fn missing() -> ApiError {
+        ApiError::unauthorized("This route needs a bearer token.")
     }
 
     /// Public routes: no token is fine, but a presented token must be valid.

@@ -7,8 +7,9 @@
 //! anyway (`Content-Security-Policy: sandbox`). The strong `ETag` is the SHA-256 of
 //! the bytes, so `If-None-Match` revalidation costs no transfer.
 
+use crate::http::params::Path;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use actix_web::{get, post, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -54,7 +55,7 @@ pub async fn create_artifact(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<String>,
+    path: Path<String>,
     body: Body<CreateArtifact>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
@@ -82,8 +83,8 @@ pub async fn create_artifact(
 pub async fn list_artifacts(
     state: State,
     bearer: Bearer,
-    path: web::Path<String>,
-    query: crate::http::json::Query<PageParams>,
+    path: Path<String>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let page = artifacts::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
     page_json(&page)
@@ -100,7 +101,7 @@ pub async fn list_artifacts(
 pub async fn get_artifact(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&artifacts::get(&state, bearer, id).await?)
@@ -195,7 +196,7 @@ pub async fn get_artifact_content(
     state: State,
     bearer: Bearer,
     req: HttpRequest,
-    path: web::Path<i64>,
+    path: Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     let if_none_match = req

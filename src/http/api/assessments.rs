@@ -1,7 +1,8 @@
 //! Assessments: a verdict on one exact revision of a contribution (contract section
 //! 6). The unit of work and the list are `domain::assessments`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -48,7 +49,7 @@ pub async fn create_assessment(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<(i64, i64)>,
+    path: Path<(i64, i64)>,
     body: Body<CreateAssessment>,
 ) -> ApiResult<HttpResponse> {
     let (contribution_id, n) = path.into_inner();
@@ -75,8 +76,8 @@ pub async fn create_assessment(
 pub async fn list_assessments(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
-    query: crate::http::json::Query<AssessmentQuery>,
+    path: Path<i64>,
+    query: crate::http::params::Query<AssessmentQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     page_json(&assessments::list(&state, q, bearer, path.into_inner()).await?)

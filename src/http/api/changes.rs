@@ -1,7 +1,8 @@
 //! The change feed: `GET /api/v1/orbits/{orbit}/changes` with long poll. The reads,
 //! the shared waits and the per-client limit are `domain::changes`.
 
-use actix_web::{get, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, HttpResponse};
 
 use crate::domain::auth::Bearer;
 use crate::domain::changes::{self, ChangePage, ChangesQuery};
@@ -28,8 +29,8 @@ pub async fn list_changes(
     state: State,
     bearer: Bearer,
     req: actix_web::HttpRequest,
-    path: web::Path<String>,
-    query: crate::http::json::Query<ChangesQuery>,
+    path: Path<String>,
+    query: crate::http::params::Query<ChangesQuery>,
 ) -> ApiResult<HttpResponse> {
     let addr = state.limits.client_ip(&req);
     let page = changes::read_page(

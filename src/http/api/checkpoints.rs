@@ -1,7 +1,8 @@
 //! Checkpoints: saved progress on a task (contract section 9.1). The unit of work
 //! and the reads are `domain::checkpoints`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -40,7 +41,7 @@ pub async fn create_checkpoint(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<CreateCheckpoint>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
@@ -70,8 +71,8 @@ pub async fn create_checkpoint(
 pub async fn list_checkpoints(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
-    query: crate::http::json::Query<PageParams>,
+    path: Path<i64>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let page = checkpoints::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
     page_json(&page)
@@ -88,7 +89,7 @@ pub async fn list_checkpoints(
 pub async fn get_checkpoint(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&checkpoints::get(&state, bearer, id).await?)

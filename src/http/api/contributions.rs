@@ -1,7 +1,8 @@
 //! Contributions and their revisions (contract section 6). The units of work and
 //! the reads are `domain::contributions`; assessments are in `api::assessments`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -57,7 +58,7 @@ pub async fn create_contribution(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<String>,
+    path: Path<String>,
     body: Body<CreateContribution>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
@@ -85,8 +86,8 @@ pub async fn create_contribution(
 pub async fn list_contributions(
     state: State,
     bearer: Bearer,
-    path: web::Path<String>,
-    query: crate::http::json::Query<ContributionQuery>,
+    path: Path<String>,
+    query: crate::http::params::Query<ContributionQuery>,
 ) -> ApiResult<HttpResponse> {
     let body = contributions::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
     Ok(list_json(body))
@@ -103,7 +104,7 @@ pub async fn list_contributions(
 pub async fn get_contribution(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&contributions::get(&state, bearer, id).await?)
@@ -127,7 +128,7 @@ pub async fn revise_contribution(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<ReviseContribution>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
@@ -155,8 +156,8 @@ pub async fn revise_contribution(
 pub async fn list_revisions(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
-    query: crate::http::json::Query<PageParams>,
+    path: Path<i64>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let page =
         contributions::revisions(&state, query.into_inner(), bearer, path.into_inner()).await?;
@@ -174,7 +175,7 @@ pub async fn list_revisions(
 pub async fn get_revision(
     state: State,
     bearer: Bearer,
-    path: web::Path<(i64, i64)>,
+    path: Path<(i64, i64)>,
 ) -> ApiResult<HttpResponse> {
     let (id, n) = path.into_inner();
     ok_json(&contributions::revision(&state, bearer, id, n).await?)

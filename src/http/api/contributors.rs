@@ -1,8 +1,9 @@
 //! Registration, the caller's profile, and token management (contract section 3).
 //! The transactions are `domain::contributors`.
 
+use crate::http::params::Path;
 use actix_web::http::StatusCode;
-use actix_web::{delete, get, post, web, HttpRequest, HttpResponse};
+use actix_web::{delete, get, post, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -122,7 +123,7 @@ pub struct TokenPage {
 pub async fn list_tokens(
     state: State,
     bearer: Bearer,
-    query: crate::http::json::Query<PageParams>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     page_json(&contributors::tokens(&state, query.into_inner(), bearer).await?)
 }
@@ -165,7 +166,7 @@ pub struct TokenData {
 pub async fn revoke_token(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let (token_id, body) = (path.into_inner(), body.check().map(|_| ()));

@@ -2,8 +2,9 @@
 //! Server-Sent Events stream. The handler parses the resume point and streams what
 //! `domain::events` gives it; the fan-out, the replay and the limits live there.
 
+use crate::http::params::Path;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{get, web, HttpMessage, HttpResponse};
+use actix_web::{get, HttpMessage, HttpResponse};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -21,6 +22,12 @@ pub struct EventsQuery {
     /// when sent, wins. Absent: start after the orbit's current revision.
     #[param(value_type = Option<i64>, minimum = 0)]
     pub after: Option<String>,
+}
+
+/// Nothing to judge here: the resume point (`after` or `Last-Event-ID`) is judged
+/// by `events::open`, after the orbit's 404 (contract section 14).
+impl crate::model::Validate for EventsQuery {
+    fn validate(&self, _: &mut crate::error::FieldErrors) {}
 }
 
 /// Follow an orbit's changes as Server-Sent Events.
@@ -56,8 +63,8 @@ pub async fn stream_events(
     state: State,
     bearer: Bearer,
     req: actix_web::HttpRequest,
-    path: web::Path<String>,
-    query: crate::http::json::Query<EventsQuery>,
+    path: Path<String>,
+    query: crate::http::params::Query<EventsQuery>,
 ) -> ApiResult<HttpResponse> {
     let addr = state.limits.client_ip(&req);
     let last_event_id = req

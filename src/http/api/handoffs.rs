@@ -1,7 +1,8 @@
 //! Handoffs: offer, accept, decline, withdraw, and the mailboxes (contract 9.2–9.4).
 //! The units of work and reads are `domain::handoffs`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -48,7 +49,7 @@ pub async fn offer_handoff(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<OfferHandoff>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
@@ -99,7 +100,7 @@ pub async fn accept_handoff(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<AcceptHandoff>,
 ) -> ApiResult<HttpResponse> {
     let handoff_id = path.into_inner();
@@ -130,7 +131,7 @@ pub async fn decline_handoff(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<DeclineHandoff>,
 ) -> ApiResult<HttpResponse> {
     let handoff_id = path.into_inner();
@@ -158,7 +159,7 @@ pub async fn withdraw_handoff(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let handoff_id = path.into_inner();
@@ -185,7 +186,7 @@ pub async fn withdraw_handoff(
 pub async fn list_handoffs(
     state: State,
     bearer: Bearer,
-    query: crate::http::json::Query<MailboxQuery>,
+    query: crate::http::params::Query<MailboxQuery>,
 ) -> ApiResult<HttpResponse> {
     page_json(&handoffs::mailbox(&state, query.into_inner(), bearer).await?)
 }
@@ -198,11 +199,7 @@ pub async fn list_handoffs(
     responses((status = 200, body = HandoffData), ReadErrors),
 )]
 #[get("/handoffs/{handoff}")]
-pub async fn get_handoff(
-    state: State,
-    bearer: Bearer,
-    path: web::Path<i64>,
-) -> ApiResult<HttpResponse> {
+pub async fn get_handoff(state: State, bearer: Bearer, path: Path<i64>) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&handoffs::get(&state, bearer, id).await?)
 }
@@ -218,8 +215,8 @@ pub async fn get_handoff(
 pub async fn task_handoffs(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
-    query: crate::http::json::Query<PageParams>,
+    path: Path<i64>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let page = handoffs::of_task(&state, query.into_inner(), bearer, path.into_inner()).await?;
     page_json(&page)

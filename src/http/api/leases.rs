@@ -1,7 +1,8 @@
 //! Leases and the fence check (contract section 8). The units of work, the duration
 //! rule and the reads are `domain::leases`; the lease decision is `domain::fence`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -46,7 +47,7 @@ pub async fn acquire_lease(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<AcquireLease>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
@@ -75,8 +76,8 @@ pub async fn acquire_lease(
 pub async fn list_leases(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
-    query: crate::http::json::Query<PageParams>,
+    path: Path<i64>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let page = leases::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
     page_json(&page)
@@ -90,11 +91,7 @@ pub async fn list_leases(
     responses((status = 200, body = LeaseData), ReadErrors),
 )]
 #[get("/leases/{lease}")]
-pub async fn get_lease(
-    state: State,
-    bearer: Bearer,
-    path: web::Path<i64>,
-) -> ApiResult<HttpResponse> {
+pub async fn get_lease(state: State, bearer: Bearer, path: Path<i64>) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&leases::get(&state, bearer, id).await?)
 }
@@ -112,7 +109,7 @@ pub async fn renew_lease(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<RenewLease>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
@@ -142,7 +139,7 @@ pub async fn release_lease(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
@@ -180,7 +177,7 @@ pub struct FenceData {
 pub async fn check_fence(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();

@@ -1,7 +1,8 @@
 //! Orbit membership: list, add or change a role, remove (contract section 4). The
 //! role rules, units of work and the list are `domain::members`.
 
-use actix_web::{delete, get, put, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{delete, get, put, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -34,8 +35,8 @@ pub struct MemberPage {
 pub async fn list_members(
     state: State,
     bearer: Bearer,
-    path: web::Path<String>,
-    query: crate::http::json::Query<PageParams>,
+    path: Path<String>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let page = members::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
     page_json(&page)
@@ -61,7 +62,7 @@ pub async fn put_member(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<(String, i64)>,
+    path: Path<(String, i64)>,
     body: Body<PutMember>,
 ) -> ApiResult<HttpResponse> {
     let (reference, target_id) = path.into_inner();
@@ -99,7 +100,7 @@ pub async fn delete_member(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<(String, i64)>,
+    path: Path<(String, i64)>,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let (reference, target_id) = path.into_inner();

@@ -1,7 +1,8 @@
 //! Memory records (contract section 10): the original, non-idempotent behaviour. The
 //! unit of work and the list are `domain::memory`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -47,7 +48,7 @@ pub async fn create_memory_record(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<String>,
+    path: Path<String>,
     body: Body<CreateMemoryRecord>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
@@ -74,8 +75,8 @@ pub async fn create_memory_record(
 pub async fn list_memory_records(
     state: State,
     bearer: Bearer,
-    path: web::Path<String>,
-    query: crate::http::json::Query<MemoryQuery>,
+    path: Path<String>,
+    query: crate::http::params::Query<MemoryQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     page_json(&memory::list(&state, q, bearer, path.into_inner()).await?)

@@ -1,7 +1,8 @@
 //! Orbits: create, list, read, join (contract section 4). The units of work and the
 //! reads are `domain::orbits`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -16,7 +17,7 @@ use crate::model::{PageMeta, PageParams};
 use crate::store::orbits::Orbit;
 
 /// Path parameter: an orbit id or its slug.
-pub type OrbitRef = web::Path<String>;
+pub type OrbitRef = Path<String>;
 
 #[derive(Serialize, ToSchema)]
 pub struct OrbitWrittenData {
@@ -74,7 +75,7 @@ pub async fn create_orbit(
 pub async fn list_orbits(
     state: State,
     bearer: Bearer,
-    query: crate::http::json::Query<PageParams>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     page_json(&orbits::list(&state, query.into_inner(), bearer).await?)
 }

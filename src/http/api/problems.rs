@@ -1,7 +1,8 @@
 //! Problems: create, list, read, status change, and the overview (contract section
 //! 6). The units of work and reads are `domain::problems`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -44,7 +45,7 @@ pub async fn create_problem(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<String>,
+    path: Path<String>,
     body: Body<CreateProblem>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
@@ -71,8 +72,8 @@ pub async fn create_problem(
 pub async fn list_problems(
     state: State,
     bearer: Bearer,
-    path: web::Path<String>,
-    query: crate::http::json::Query<ProblemQuery>,
+    path: Path<String>,
+    query: crate::http::params::Query<ProblemQuery>,
 ) -> ApiResult<HttpResponse> {
     let q = query.into_inner();
     page_json(&problems::list(&state, q, bearer, path.into_inner()).await?)
@@ -86,11 +87,7 @@ pub async fn list_problems(
     responses((status = 200, body = ProblemData), ReadErrors),
 )]
 #[get("/problems/{problem}")]
-pub async fn get_problem(
-    state: State,
-    bearer: Bearer,
-    path: web::Path<i64>,
-) -> ApiResult<HttpResponse> {
+pub async fn get_problem(state: State, bearer: Bearer, path: Path<i64>) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&problems::get(&state, bearer, id).await?)
 }
@@ -109,7 +106,7 @@ pub async fn set_problem_status(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<SetProblemStatus>,
 ) -> ApiResult<HttpResponse> {
     let problem_id = path.into_inner();
@@ -143,7 +140,7 @@ pub async fn set_problem_status(
 pub async fn problem_overview(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     ok_json(&problems::get_overview(&state, bearer, id).await?)

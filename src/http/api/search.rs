@@ -27,7 +27,7 @@ use crate::http::api::{json_response, State};
 pub async fn search_commons(
     state: State,
     bearer: Bearer,
-    query: crate::http::json::Query<SearchQuery>,
+    query: crate::http::params::Query<SearchQuery>,
 ) -> ApiResult<HttpResponse> {
     let page = search::search(&state, bearer, query.into_inner()).await?;
     let body = serde_json::to_vec(&page).map_err(|e| {

@@ -1,7 +1,8 @@
 //! Tasks: create, list, read, complete (lease-protected), cancel (contract section 7).
 //! The units of work and reads are `domain::tasks`.
 
-use actix_web::{get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -39,7 +40,7 @@ pub async fn create_task(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<String>,
+    path: Path<String>,
     body: Body<CreateTask>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
@@ -67,8 +68,8 @@ pub async fn create_task(
 pub async fn list_tasks(
     state: State,
     bearer: Bearer,
-    path: web::Path<String>,
-    query: crate::http::json::Query<TaskQuery>,
+    path: Path<String>,
+    query: crate::http::params::Query<TaskQuery>,
 ) -> ApiResult<HttpResponse> {
     let body = tasks::list(&state, query.into_inner(), bearer, path.into_inner()).await?;
     Ok(list_json(body))
@@ -82,11 +83,7 @@ pub async fn list_tasks(
     responses((status = 200, body = TaskData), ReadErrors),
 )]
 #[get("/tasks/{task}")]
-pub async fn get_task(
-    state: State,
-    bearer: Bearer,
-    path: web::Path<i64>,
-) -> ApiResult<HttpResponse> {
+pub async fn get_task(state: State, bearer: Bearer, path: Path<i64>) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
     let task = tasks::get(&state, bearer, id).await?;
     ok_json(&task)
@@ -105,7 +102,7 @@ pub async fn complete_task(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<CompleteTask>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
@@ -135,7 +132,7 @@ pub async fn cancel_task(
     state: State,
     bearer: Bearer,
     key: IdemHeader,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<CancelTask>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();

@@ -1,7 +1,8 @@
 //! The caller's webhook subscriptions, `/api/v1/me/webhooks` (contract section 15):
 //! parse, call the verb in `domain::webhooks`, shape the answer.
 
-use actix_web::{delete, get, post, web, HttpResponse};
+use crate::http::params::Path;
+use actix_web::{delete, get, post, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -72,7 +73,7 @@ pub async fn create_webhook(
 pub async fn list_webhooks(
     state: State,
     bearer: Bearer,
-    query: crate::http::json::Query<PageParams>,
+    query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
     let cursor = query.into_inner().checked()?;
     page_json(&domain::list(&state, bearer, cursor).await?)
@@ -86,11 +87,7 @@ pub async fn list_webhooks(
     responses((status = 200, body = WebhookData), WriteErrors),
 )]
 #[get("/me/webhooks/{id}")]
-pub async fn get_webhook(
-    state: State,
-    bearer: Bearer,
-    path: web::Path<i64>,
-) -> ApiResult<HttpResponse> {
+pub async fn get_webhook(state: State, bearer: Bearer, path: Path<i64>) -> ApiResult<HttpResponse> {
     ok_json(&domain::get(&state, bearer, path.into_inner()).await?)
 }
 
@@ -106,7 +103,7 @@ pub async fn get_webhook(
 pub async fn delete_webhook(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let body = body.check().map(|_| ());
@@ -125,7 +122,7 @@ pub async fn delete_webhook(
 pub async fn enable_webhook(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
     body: Body<Empty>,
 ) -> ApiResult<HttpResponse> {
     let body = body.check().map(|_| ());
@@ -144,7 +141,7 @@ pub async fn enable_webhook(
 pub async fn list_deliveries(
     state: State,
     bearer: Bearer,
-    path: web::Path<i64>,
+    path: Path<i64>,
 ) -> ApiResult<HttpResponse> {
     let data = domain::deliveries(&state, bearer, path.into_inner()).await?;
     page_json(&crate::model::Page {

@@ -1,0 +1,160 @@
+//! Path and query parameters as handlers take them ([`Path`], [`Query`]): judged
+//! before the handler runs, since the handler needs them, but a 422 of theirs never
+//! hides the contract's 401 (section 2: 401 → 404 → 403 → 422). A parameter that
+//! does not parse, on a request without the token its route needs or with a token
+//! that is not valid, is answered 401 ([`unauthorized_first`]). (Its 404 and 403
+//! still come after: which object a bad parameter names cannot be known; a query's
+//! 422 comes before a 404 of the path, docs/IDEMPOTENCY.md.)
+
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+
+use crate::db;
+use crate::domain::auth::Bearer;
+use crate::error::{ApiError, FieldErrors};
+use crate::http::json::parse_query_partly;
+use crate::http::state::AppState;
+use crate::model::Validate;
+
+/// What the route table knows of the route a request is for, set as app data by the
+/// app builder (this module sits below the route table): its documented query
+/// parameters, and whether it needs a token (`routes::KnownRoutes`, from the
+/// OpenAPI document's `security`).
+#[derive(Clone, Copy)]
+pub struct RouteFacts {
+    pub documented_query: fn(&HttpRequest) -> Vec<String>,
+    pub token_required: fn(&HttpRequest) -> bool,
+}
+
+/// `invalid` (a 422 of a parameter), unless the request's caller is the contract's
+/// 401 first: no token on a route that needs one, or a token that is not valid
+/// (unknown, revoked: checked as every route checks it, `Bearer::optional`, in one
+/// read; only a request already refused pays it). A malformed `Authorization` header never gets here:
+/// `Bearer`, the handlers' first extractor, refused it.
+pub async fn unauthorized_first(req: &HttpRequest, invalid: ApiError) -> ApiError {
+    let bearer = match Bearer::extract(req).await {
+        Ok(bearer) => bearer,
+        Err(unauthorized) => return unauthorized,
+    };
+    if !bearer.is_present() {
+        let required = req
+            .app_data::<RouteFacts>()
+            .is_some_and(|facts| (facts.token_required)(req));
+        return if required { Bearer::missing() } else { invalid };
+    }
+    let Some(state) = req.app_data::<web::Data<AppState>>() else {
+        return invalid;
+    };
+    let tokens = state.tokens.clone();
+    match db::read(&state.pool, move |conn| {
+        bearer.optional(conn, &tokens)?;
+        Ok(())
+    })
+    .await
+    {
+        Ok(()) => invalid,
+        Err(refused) => refused,
+    }
+}
+
+/// A route's path parameters (as `web::Path`), or 422 `invalid_path` in plain words
+/// (contract section 17, not the deserializer's) after [`unauthorized_first`].
+pub struct Path<T>(T);
+
+impl<T> Path<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+/// The 422 of a path parameter that does not parse: every path parameter but
+/// `orbit` (an id or a slug) is a number (an id, or a revision's `n`).
+fn invalid_path(req: &HttpRequest) -> ApiError {
+    let message = req
+        .match_info()
+        .iter()
+        .find(|(name, value)| *name != "orbit" && value.parse::<i64>().is_err())
+        .map(|(name, value)| {
+            format!("`{name}` in the path must be a whole number below 2^63, not {value:?}.")
+        })
+        .unwrap_or_else(|| "A path parameter must be a whole number below 2^63.".into());
+    ApiError::invalid("invalid_path", message)
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for Path<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            match web::Path::<T>::extract(&req).await {
+                Ok(path) => Ok(Path(path.into_inner())),
+                Err(_) => Err(unauthorized_first(&req, invalid_path(&req)).await),
+            }
+        })
+    }
+}
+
+/// A route's query string, parsed and judged (`T`'s [`Validate`]: ranges, lengths)
+/// at once: every bad parameter is in one 422 `validation_failed` (after
+/// [`unauthorized_first`]), a value's range problem beside another's type
+/// problem, filed under its name only when it is a documented parameter of the
+/// route ([`RouteFacts`]), else under `query`: never a name the client made up.
+/// Derefs to `T`.
+pub struct Query<T>(pub T);
+
+impl<T> Query<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Query<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: DeserializeOwned + Validate + 'static> FromRequest for Query<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let (parsed, mut problems) = parse_query_partly::<T>(req.query_string());
+            if let Some(parsed) = &parsed {
+                // The values that parsed are judged too; a parameter with a problem
+                // already (or a stand-in) is not judged again.
+                let mut judged = FieldErrors::default();
+                parsed.validate(&mut judged);
+                for (field, words) in judged.into_inner() {
+                    if !problems.iter().any(|(p, _)| *p == field) {
+                        problems.extend(words.into_iter().map(|w| (field.clone(), w)));
+                    }
+                }
+            }
+            if let (Some(parsed), true) = (parsed, problems.is_empty()) {
+                return Ok(Query(parsed));
+            }
+            let documented = req
+                .app_data::<RouteFacts>()
+                .map(|facts| (facts.documented_query)(&req))
+                .unwrap_or_default();
+            let mut errors = FieldErrors::default();
+            for (param, words) in problems {
+                let field = if documented.contains(&param) {
+                    param.as_str()
+                } else {
+                    "query"
+                };
+                errors.add(field, words);
+            }
+            Err(unauthorized_first(&req, errors.into_error()).await)
+        })
+    }
+}
