@@ -58,10 +58,10 @@ const SAFETY_READ_TICKS: u32 = 15;
 /// it closed: the server learns of a closed connection only when a write to it
 /// fails, and the first write after the close still succeeds (the peer's reset
 /// makes the next one fail). So before a 429, the client's streams are asked to
-/// write a keep-alive this many times, this far apart, and the cap looked at again
-/// after each.
+/// write a keep-alive after each of these waits (25 ms, doubling: 375 ms in all,
+/// for a connection whose round trip is shorter), and the cap looked at again.
 const PROBES: u32 = 4;
-const PROBE_GAP: Duration = Duration::from_millis(25);
+const FIRST_PROBE_GAP: Duration = Duration::from_millis(25);
 /// What a stream tells the client before it ends: reconnect after this many ms.
 const RETRY: &[u8] = b"retry: 1000\n\n";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -153,8 +153,9 @@ pub struct Streams {
     tails: Mutex<HashMap<i64, Arc<Tail>>>,
     clients: Arc<PollCounts>,
     closing: watch::Sender<bool>,
-    /// Asks the streams of a client to write a keep-alive now ([`PROBES`]).
-    probes: broadcast::Sender<PollClient>,
+    /// Per client with streams open here: what asks its streams (and no other's) to
+    /// write a keep-alive now ([`PROBES`]).
+    probes: Mutex<HashMap<PollClient, watch::Sender<u64>>>,
     /// Streams open now.
     pub open: AtomicU64,
     /// Subscribers dropped because their queue was full (they stopped reading).
@@ -175,7 +176,7 @@ impl Default for Streams {
             tails: Mutex::default(),
             clients: Arc::default(),
             closing: watch::Sender::new(false),
-            probes: broadcast::channel(64).0,
+            probes: Mutex::default(),
             open: AtomicU64::default(),
             dropped: AtomicU64::default(),
             tail_reads: AtomicU64::default(),
@@ -359,6 +360,7 @@ pub async fn open(
     let sub = Subscriber {
         guard: OpenGuard {
             streams: streams.clone(),
+            client,
             _slot: slot,
         },
         pool: core.pool.clone(),
@@ -372,8 +374,7 @@ pub async fn open(
         quiet_since: Instant::now(),
         deadline: Instant::now() + Duration::from_secs(core.config.stream_max_seconds),
         closing: streams.closing.subscribe(),
-        client,
-        probes: streams.probes.subscribe(),
+        probe: streams.probe_of(client),
     };
     Ok(Some(Box::pin(futures_util::stream::unfold(sub, next))))
 }
@@ -385,15 +386,26 @@ impl Streams {
         if let Some(slot) = self.clients.enter_owned(client, cap) {
             return Some(slot);
         }
+        let mut gap = FIRST_PROBE_GAP;
         for _ in 0..PROBES {
-            // No receiver is no stream to probe (an error only then).
-            let _ = self.probes.send(client);
-            tokio::time::sleep(PROBE_GAP).await;
+            if let Some(probe) = lock(&self.probes).get(&client) {
+                probe.send_modify(|n| *n += 1);
+            }
+            tokio::time::sleep(gap).await;
+            gap *= 2;
             if let Some(slot) = self.clients.enter_owned(client, cap) {
                 return Some(slot);
             }
         }
         None
+    }
+
+    /// What a new stream of `client` listens to for probes.
+    fn probe_of(&self, client: PollClient) -> watch::Receiver<u64> {
+        lock(&self.probes)
+            .entry(client)
+            .or_insert_with(|| watch::Sender::new(0))
+            .subscribe()
     }
 }
 
@@ -401,12 +413,22 @@ impl Streams {
 /// stream is dropped.
 struct OpenGuard {
     streams: Arc<Streams>,
+    client: PollClient,
     _slot: OwnedPollSlot,
 }
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
         self.streams.open.fetch_sub(1, Relaxed);
+        // The client's last stream here takes its probe with it. (The guard drops
+        // before its subscriber's receiver: one receiver left is this stream's.)
+        let mut probes = lock(&self.streams.probes);
+        if probes
+            .get(&self.client)
+            .is_some_and(|p| p.receiver_count() <= 1)
+        {
+            probes.remove(&self.client);
+        }
     }
 }
 
@@ -427,9 +449,8 @@ struct Subscriber {
     quiet_since: Instant,
     deadline: Instant,
     closing: watch::Receiver<bool>,
-    /// Whose stream this is, and where [`Streams::enter`] asks it to write.
-    client: PollClient,
-    probes: broadcast::Receiver<PollClient>,
+    /// Where [`Streams::enter`] asks this client's streams to write.
+    probe: watch::Receiver<u64>,
 }
 
 /// What a waiting stream does next.
@@ -437,7 +458,6 @@ enum Step {
     End,
     KeepAlive,
     Queue(Option<Shared>),
-    Nothing,
 }
 
 impl Subscriber {
@@ -530,17 +550,15 @@ async fn next(mut s: Subscriber) -> Option<(Result<Bytes, Infallible>, Subscribe
             _ = tokio::time::sleep_until(s.deadline) => Step::End,
             _ = tokio::time::sleep_until(s.quiet_since + s.keep_alive) => Step::KeepAlive,
             got = s.queue.recv() => Step::Queue(got),
-            probe = s.probes.recv() => match probe {
-                Ok(client) if client == s.client => Step::KeepAlive,
-                Ok(_) => Step::Nothing,
-                Err(broadcast::error::RecvError::Lagged(_)) => Step::KeepAlive,
-                Err(broadcast::error::RecvError::Closed) => Step::End,
+            probed = s.probe.changed() => match probed {
+                Ok(()) => Step::KeepAlive,
+                // Not while this stream is open (its guard keeps the probe).
+                Err(_) => Step::End,
             },
         };
         match step {
             Step::End => s.end(),
             Step::KeepAlive => s.out.push_back(Bytes::from_static(KEEP_ALIVE)),
-            Step::Nothing => {}
             Step::Queue(Some(batch)) => {
                 s.accept(&batch).await;
                 // Batches that queued meanwhile go out in the same chunk.

@@ -355,7 +355,14 @@ async fn a_client_past_its_stream_limit_gets_429_and_a_token_counts_apart() {
         );
     }
     let first = Sse::open(&app, orbit, "", None).await;
-    let _second = Sse::open(&app, orbit, "", None).await;
+    let mut second = Sse::open(&app, orbit, "", None).await;
+    assert_eq!(
+        second
+            .next_block(Duration::from_secs(5))
+            .await
+            .and_then(|b| b.comment),
+        Some("ok".to_owned())
+    );
     // At the cap, a HEAD still answers: it would open nothing.
     let head = app
         .client
@@ -381,9 +388,19 @@ async fn a_client_past_its_stream_limit_gets_429_and_a_token_counts_apart() {
         200,
         "the closed stream's place did not come back"
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
-    // The open one was asked to write too, and is still served.
+    // The probes' waits (25 ms, doubling), not a keep-alive's 15 s.
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The client's open stream was asked to write too (a keep-alive long before its
+    // own, 15 s away), and is still served.
+    assert_eq!(
+        second
+            .next_block(Duration::from_secs(2))
+            .await
+            .and_then(|b| b.comment),
+        Some("keep-alive".to_owned())
+    );
     task(&app, &owner, orbit, "still live").await;
+    assert_eq!(second.revisions(1).await, vec![2]);
     assert_eq!(with_token.revisions(1).await, vec![2]);
 }
 
