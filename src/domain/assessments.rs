@@ -16,7 +16,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, verbatim, Cursor, Page, Validate};
+use crate::model::{page_bounds, page_problems, verbatim, Cursor, Page, Validate, MAX_PAGE};
 use crate::store::contributions::{self as store, Assessment, Verdict};
 use crate::store::{problems, refs};
 
@@ -138,7 +138,7 @@ impl AssessmentQuery {
 
 impl Validate for AssessmentQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
         if self.revision.is_some_and(|r| r < 1) {
             e.add("revision", "must be at least 1");
         }

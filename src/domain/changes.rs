@@ -18,7 +18,7 @@ use crate::domain::auth::Bearer;
 use crate::domain::feed::{woken, OrbitWaiters, PollClient, Snapshot};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::Validate;
+use crate::model::{page_problems, Validate};
 use crate::store::changes::load_page;
 pub use crate::store::changes::ChangeOut;
 
@@ -57,12 +57,7 @@ const MAX_LIMIT: i64 = 500;
 
 impl Validate for ChangesQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        if self.after.is_some_and(|a| a < 0) {
-            e.add("after", "must not be negative");
-        }
-        if let Some(limit) = self.limit {
-            e.range("limit", limit, 1, MAX_LIMIT);
-        }
+        page_problems(e, self.limit, self.after, MAX_LIMIT);
         if let Some(wait) = self.wait {
             e.range("wait", wait, 0, 30);
         }

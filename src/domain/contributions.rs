@@ -20,7 +20,9 @@ use crate::domain::revision::{Change, PENDING};
 use crate::domain::write::{claim, public_list, public_page, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, verbatim, Cursor, Page, PageParams, Validate};
+use crate::model::{
+    page_bounds, page_problems, verbatim, Cursor, Page, PageParams, Validate, MAX_PAGE,
+};
 use crate::perf::listcache::ListRoute;
 use crate::perf::quick::QuickCall;
 use crate::store::contributions::{
@@ -222,7 +224,13 @@ pub struct ContributionQuery {
 
 impl Validate for ContributionQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
+        if self.problem_id.is_some_and(|id| id < 1) {
+            e.add("problem_id", "must be a positive id");
+        }
+        if self.task_id.is_some_and(|id| id < 1) {
+            e.add("task_id", "must be a positive id");
+        }
     }
 }
 

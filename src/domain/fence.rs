@@ -473,8 +473,10 @@ fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
         }),
         (Some("lease_version_not_issued"), _) => Err(not_issued(task, version).into()),
         (Some("stale_lease_version"), _) => {
+            // The version sent is the task's current one, but the path names
+            // another lease: say so (else the version is what is stale).
             let mismatch = path_version
-                .filter(|named| *named != version)
+                .filter(|named| *named != version && version == task.lease_version)
                 .map(|named| (version, named));
             Err(stale(task, mismatch).into())
         }

@@ -21,7 +21,7 @@ use crate::domain::tasks::task_member;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Page, PageParams, Validate};
+use crate::model::{page_bounds, page_problems, Page, PageParams, Validate, MAX_PAGE};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
 use crate::store::tasks::{self as task_store, Lease};
@@ -455,7 +455,7 @@ pub struct MailboxQuery {
 
 impl Validate for MailboxQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
     }
 }
 

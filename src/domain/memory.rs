@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Cursor, Page, Validate};
+use crate::model::{page_bounds, page_problems, Cursor, Page, Validate, MAX_PAGE};
 use crate::store::memory::{self as store, MemoryRecord};
 
 pub const MAX_TAGS: usize = 32;
@@ -113,7 +113,7 @@ impl MemoryQuery {
 
 impl Validate for MemoryQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
         if let Some(tag) = &self.tag {
             e.text("tag", tag, 1, MAX_TAG_CHARS);
         }

@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Page, Validate};
+use crate::model::{page_bounds, page_problems, Page, Validate, MAX_PAGE};
 use crate::store::contributions as contribution_store;
 use crate::store::handoffs as handoff_store;
 use crate::store::orbits::Role;
@@ -90,7 +90,7 @@ pub struct ProblemQuery {
 
 impl Validate for ProblemQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
     }
 }
 

@@ -16,7 +16,7 @@ use crate::domain::revision::{Change, PENDING};
 use crate::domain::write::{claim, public_list, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Cursor, PageParams, Validate};
+use crate::model::{page_bounds, page_problems, Cursor, PageParams, Validate, MAX_PAGE};
 use crate::perf::listcache::ListRoute;
 use crate::perf::quick::QuickCall;
 use crate::store::contributors as contributor_store;
@@ -166,7 +166,7 @@ pub struct TaskQuery {
 
 impl Validate for TaskQuery {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
     }
 }
 

@@ -1,5 +1,5 @@
-//! JSON in: the body extractor every route uses, the query extractor, and RFC 8785
-//! canonical form.
+//! JSON in: the body extractor every route uses, the query parser (its extractor
+//! is `params::Query`), and RFC 8785 canonical form.
 //!
 //! `JsonBody<T>` reads at most 256 KiB (413 past that, refused from Content-Length
 //! before reading), accepts an absent or empty body as `{}`, requires
@@ -449,9 +449,10 @@ fn query_words(inner: &str) -> String {
 }
 
 /// Query-like arguments (an MCP read tool's) into `T`, every problem at once and in
-/// plain words, as for a body.
-pub fn arguments<T: DeserializeOwned>(value: Value) -> ApiResult<T> {
-    deserialize_all(value, |_, _| {})
+/// plain words, its values' own checks (ranges...) beside its type problems, as for
+/// a body or a REST query.
+pub fn arguments<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<T> {
+    deserialize_all(value, T::validate)
 }
 
 /// Values tried for a required field that is missing or invalid, so that parsing can

@@ -6,13 +6,17 @@
 //! still come after: which object a bad parameter names cannot be known; a query's
 //! 422 comes before a 404 of the path, docs/IDEMPOTENCY.md.)
 
+use std::rc::Rc;
+
 use actix_web::dev::Payload;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::http::StatusCode;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
+use tokio::sync::OnceCell;
 
-use crate::db;
 use crate::domain::auth::Bearer;
+use crate::domain::write::public_read;
 use crate::error::{ApiError, FieldErrors};
 use crate::http::json::parse_query_partly;
 use crate::http::state::AppState;
@@ -30,32 +34,42 @@ pub struct RouteFacts {
 
 /// `invalid` (a 422 of a parameter), unless the request's caller is the contract's
 /// 401 first: no token on a route that needs one, or a token that is not valid
-/// (unknown, revoked: checked as every route checks it, `Bearer::optional`, in one
-/// read; only a request already refused pays it). A malformed `Authorization` header never gets here:
-/// `Bearer`, the handlers' first extractor, refused it.
+/// (unknown, revoked: checked as a public read checks it, `write::public_read`, in
+/// one read that only a request refused anyway pays). A malformed `Authorization`
+/// header never gets here: `Bearer`, the handlers' first extractor, refused it.
+/// Any other failure of that read keeps the 422. The path's and the query's
+/// extractors ask once between them (the verdict is kept in the request).
 pub async fn unauthorized_first(req: &HttpRequest, invalid: ApiError) -> ApiError {
+    let verdict = {
+        let mut extensions = req.extensions_mut();
+        extensions
+            .get_or_insert_with(|| Verdict(Rc::new(OnceCell::new())))
+            .0
+            .clone()
+    };
+    let unauthorized = verdict.get_or_init(|| caller_refused(req)).await;
+    unauthorized.clone().unwrap_or(invalid)
+}
+
+/// The 401 of [`unauthorized_first`], once per request.
+#[derive(Clone)]
+struct Verdict(Rc<OnceCell<Option<ApiError>>>);
+
+async fn caller_refused(req: &HttpRequest) -> Option<ApiError> {
     let bearer = match Bearer::extract(req).await {
         Ok(bearer) => bearer,
-        Err(unauthorized) => return unauthorized,
+        Err(unauthorized) => return Some(unauthorized),
     };
     if !bearer.is_present() {
         let required = req
             .app_data::<RouteFacts>()
             .is_some_and(|facts| (facts.token_required)(req));
-        return if required { Bearer::missing() } else { invalid };
+        return required.then(Bearer::missing);
     }
-    let Some(state) = req.app_data::<web::Data<AppState>>() else {
-        return invalid;
-    };
-    let tokens = state.tokens.clone();
-    match db::read(&state.pool, move |conn| {
-        bearer.optional(conn, &tokens)?;
-        Ok(())
-    })
-    .await
-    {
-        Ok(()) => invalid,
-        Err(refused) => refused,
+    let state = req.app_data::<web::Data<AppState>>()?;
+    match public_read(state, bearer, |_| Ok(())).await {
+        Err(refused) if refused.status == StatusCode::UNAUTHORIZED => Some(refused),
+        _ => None,
     }
 }
 

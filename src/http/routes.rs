@@ -194,8 +194,9 @@ fn mark_optional_bodies(doc: &mut OpenApi) {
     }
 }
 
-/// Path templates with their methods, used to tell 405 from 404, and their
-/// documented query parameters, used to name a query error's field.
+/// Path templates with their methods, used to tell 405 from 404, their documented
+/// query parameters, used to name a query error's field, and which methods need a
+/// token, used to put a 401 before a parameter's 422 (`params`).
 #[derive(Clone)]
 pub struct KnownRoutes(std::sync::Arc<Vec<KnownRoute>>);
 

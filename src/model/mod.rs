@@ -114,7 +114,7 @@ impl PageParams {
 
 impl Validate for PageParams {
     fn validate(&self, e: &mut FieldErrors) {
-        page_problems(e, self.limit, self.after, 100);
+        page_problems(e, self.limit, self.after, MAX_PAGE);
     }
 }
 
@@ -152,13 +152,16 @@ impl Cursor {
 /// for query types that carry filters beside `limit` and `after`.
 pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<Cursor> {
     let mut e = FieldErrors::default();
-    page_problems(&mut e, limit, after, 100);
+    page_problems(&mut e, limit, after, MAX_PAGE);
     e.finish()?;
     Ok(Cursor {
         after: after.unwrap_or(0),
         limit: limit.unwrap_or(50),
     })
 }
+
+/// The most items a list page holds (`limit`), but the change feed's.
+pub const MAX_PAGE: i64 = 100;
 
 /// The paging rule's problems, both at once: `limit` 1..=`max` (default 50),
 /// `after` not negative. A query's [`Validate`] lists them beside its other

@@ -191,6 +191,25 @@ async fn a_bad_query_parameter_is_422() {
             .collect();
         assert_eq!(named, fields, "{query}: {}", r.text);
     }
+    for (query, fields) in [
+        ("problem_id=0&task_id=-3", vec!["problem_id", "task_id"]),
+        ("kind=x&limit=0", vec!["kind", "limit"]),
+    ] {
+        let r = app
+            .get(
+                &format!("/api/v1/orbits/{orbit}/contributions?{query}"),
+                None,
+            )
+            .await;
+        r.assert_error(422, "validation_failed");
+        let named: Vec<&str> = r.json["errors"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(named, fields, "{query}: {}", r.text);
+    }
     let r = app
         .get(
             "/api/v1/orbits/all-at-once/changes?after=-1&limit=0&wait=99",

@@ -356,6 +356,23 @@ async fn a_path_lease_and_a_body_version_that_differ_are_worded_as_such() {
         assert_eq!(r.json["details"]["yours"], json!(true), "{}", r.text);
         assert_eq!(r.json["details"]["lease_id"], json!(current), "{}", r.text);
     }
+    // The other way round, the version sent is what is stale: said so.
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/leases/{current}/renew"),
+            &a.token,
+            json!({"lease_version": v1}),
+        )
+        .await;
+    r.assert_error(409, "stale_lease_version");
+    assert!(
+        r.json["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Your lease_version is not the task's current one"),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]

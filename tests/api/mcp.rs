@@ -830,11 +830,11 @@ async fn a_key_sent_to_a_tool_that_takes_none_is_refused() {
         "{}",
         members.text
     );
-    // Without the key the same calls work.
+    // Without the key the same calls work; a null key is no key, as elsewhere.
     ok(&call(
         &client,
         "write_memory",
-        json!({"orbit": c.orbit, "content": "hello"}),
+        json!({"orbit": c.orbit, "content": "hello", "idempotency_key": null}),
     )
     .await);
     ok(&call(
@@ -844,6 +844,19 @@ async fn a_key_sent_to_a_tool_that_takes_none_is_refused() {
     )
     .await);
     ok(&call(&stranger, "join_orbit", json!({"orbit": c.orbit})).await);
+    // A read tool lists a value out of range beside another's type problem, as its
+    // REST route does.
+    let r = call(
+        &client,
+        "list_tasks",
+        json!({"orbit": c.orbit, "status": "x", "limit": 0}),
+    )
+    .await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert!(
+        s["errors"]["status"].is_array() && s["errors"]["limit"].is_array(),
+        "{s}"
+    );
     client.cancel().await.ok();
     stranger.cancel().await.ok();
 }

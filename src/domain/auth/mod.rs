@@ -410,7 +410,7 @@ impl Bearer {
         fetch: impl FnOnce(&mut PgConnection, TokenKey<'_>) -> QueryResult<Option<(TokenRow, T)>>,
     ) -> TxResult<(Caller, T)> {
         let Some(token) = &self.0 else {
-            return Err(ApiError::unauthorized("This route needs a bearer token.").into());
+            return Err(Bearer::missing().into());
         };
         let parsed =
             token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;

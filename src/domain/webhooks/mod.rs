@@ -79,7 +79,8 @@ impl crate::model::Validate for CreateWebhook {
             e.text("orbit", s, 1, 63);
         }
         e.text("url", &self.url, 1, 2000);
-        if self.url.chars().count() <= 2000 {
+        // One problem at a time for a URL: its length or a NUL first.
+        if !e.has("url") {
             if let Err(why) = parse_url(&self.url) {
                 e.add("url", why);
             }

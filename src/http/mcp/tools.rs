@@ -29,6 +29,7 @@ use crate::domain::{
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::{written, Reply, State};
 use crate::http::json::{Body, Validate};
+use crate::model::{page_problems, MAX_PAGE};
 use crate::store::handoffs::HandoffStatus;
 
 /// A tool's arguments, taken apart the way a REST request is: path ids, the key,
@@ -123,7 +124,12 @@ impl Args {
 
     /// Notes an `idempotency_key` sent to a tool that takes none.
     fn no_key(&mut self) {
-        if self.0.remove("idempotency_key").is_some() {
+        // `null` is no key, as for the tools that take one.
+        if self
+            .0
+            .remove("idempotency_key")
+            .is_some_and(|k| !k.is_null())
+        {
             self.1.add(
                 "idempotency_key",
                 "is not an argument of this tool: it takes no idempotency_key",
@@ -143,7 +149,7 @@ impl Args {
 
     /// The remaining arguments as a query (unknown ones refused), with a bad id's
     /// problems beside the query's own.
-    fn query<T: DeserializeOwned>(self) -> ApiResult<T> {
+    fn query<T: DeserializeOwned + Validate>(self) -> ApiResult<T> {
         let query = crate::http::json::arguments(Value::Object(self.0));
         if self.1.is_empty() {
             return query;
@@ -257,10 +263,20 @@ pub async fn call(
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
 
+impl Validate for NoArgs {
+    fn validate(&self, _: &mut FieldErrors) {}
+}
+
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitArg {
     limit: Option<i64>,
+}
+
+impl Validate for LimitArg {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, None, MAX_PAGE);
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -269,6 +285,12 @@ struct InboxArgs {
     status: Option<HandoffStatus>,
     limit: Option<i64>,
     after: Option<i64>,
+}
+
+impl Validate for InboxArgs {
+    fn validate(&self, e: &mut FieldErrors) {
+        page_problems(e, self.limit, self.after, MAX_PAGE);
+    }
 }
 
 /// The tools: each takes its arguments apart as its REST route takes the request
