@@ -16,7 +16,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, verbatim, Cursor, Page, Validate, MAX_PAGE};
+use crate::model::{page_problems, query_cursor, verbatim, Page, Validate, MAX_PAGE};
 use crate::store::contributions::{self as store, Assessment, Verdict};
 use crate::store::{problems, refs};
 
@@ -126,16 +126,6 @@ pub struct AssessmentQuery {
     pub after: Option<i64>,
 }
 
-impl AssessmentQuery {
-    /// The page asked for, or 422 for a bad `limit`, `after` or `revision`.
-    fn cursor(&self) -> ApiResult<Cursor> {
-        let mut e = FieldErrors::default();
-        self.validate(&mut e);
-        e.finish()?;
-        page_bounds(self.limit, self.after)
-    }
-}
-
 impl Validate for AssessmentQuery {
     fn validate(&self, e: &mut FieldErrors) {
         page_problems(e, self.limit, self.after, MAX_PAGE);
@@ -153,7 +143,7 @@ pub async fn list(
     bearer: Bearer,
     id: i64,
 ) -> ApiResult<Page<Assessment>> {
-    let cursor = q.cursor()?;
+    let cursor = query_cursor(&q, q.limit, q.after)?;
     public_page(
         core,
         bearer,

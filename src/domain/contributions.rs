@@ -21,7 +21,7 @@ use crate::domain::write::{claim, public_list, public_page, public_read, Quick, 
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{
-    page_bounds, page_problems, verbatim, Cursor, Page, PageParams, Validate, MAX_PAGE,
+    page_problems, query_cursor, verbatim, Cursor, Page, PageParams, Validate, MAX_PAGE,
 };
 use crate::perf::listcache::ListRoute;
 use crate::perf::quick::QuickCall;
@@ -252,7 +252,7 @@ pub async fn list(
     bearer: Bearer,
     reference: String,
 ) -> ApiResult<actix_web::web::Bytes> {
-    let cursor = page_bounds(q.limit, q.after)?;
+    let cursor = query_cursor(&q, q.limit, q.after)?;
     let params = q.cache_params(cursor);
     let kind = q.kind.map(ContributionKind::as_str);
     public_list(

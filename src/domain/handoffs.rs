@@ -21,7 +21,7 @@ use crate::domain::tasks::task_member;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Page, PageParams, Validate, MAX_PAGE};
+use crate::model::{page_problems, query_cursor, Page, PageParams, Validate, MAX_PAGE};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
 use crate::store::tasks::{self as task_store, Lease};
@@ -461,7 +461,7 @@ impl Validate for MailboxQuery {
 
 /// The caller's inbox or outbox page (REST and MCP).
 pub async fn mailbox(core: &Core, q: MailboxQuery, bearer: Bearer) -> ApiResult<Page<Handoff>> {
-    let cursor = page_bounds(q.limit, q.after)?;
+    let cursor = query_cursor(&q, q.limit, q.after)?;
     let outbox = q.mailbox.unwrap_or_default() == MailBox::Outbox;
     let status = q.status.map(HandoffStatus::as_str);
     let tokens = core.tokens.clone();

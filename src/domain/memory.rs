@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Cursor, Page, Validate, MAX_PAGE};
+use crate::model::{page_problems, query_cursor, Page, Validate, MAX_PAGE};
 use crate::store::memory::{self as store, MemoryRecord};
 
 pub const MAX_TAGS: usize = 32;
@@ -101,16 +101,6 @@ pub struct MemoryQuery {
     pub after: Option<i64>,
 }
 
-impl MemoryQuery {
-    /// The page asked for, or 422 for a bad `limit`, `after` or `tag`.
-    fn cursor(&self) -> ApiResult<Cursor> {
-        let mut e = FieldErrors::default();
-        self.validate(&mut e);
-        e.finish()?;
-        page_bounds(self.limit, self.after)
-    }
-}
-
 impl Validate for MemoryQuery {
     fn validate(&self, e: &mut FieldErrors) {
         page_problems(e, self.limit, self.after, MAX_PAGE);
@@ -128,7 +118,7 @@ pub async fn list(
     bearer: Bearer,
     reference: String,
 ) -> ApiResult<Page<MemoryRecord>> {
-    let cursor = q.cursor()?;
+    let cursor = query_cursor(&q, q.limit, q.after)?;
     public_page(
         core,
         bearer,

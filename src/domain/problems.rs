@@ -13,7 +13,7 @@ use crate::domain::revision::Change;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Page, Validate, MAX_PAGE};
+use crate::model::{page_problems, query_cursor, Page, Validate, MAX_PAGE};
 use crate::store::contributions as contribution_store;
 use crate::store::handoffs as handoff_store;
 use crate::store::orbits::Role;
@@ -185,7 +185,7 @@ pub async fn list(
     bearer: Bearer,
     reference: String,
 ) -> ApiResult<Page<Problem>> {
-    let cursor = page_bounds(q.limit, q.after)?;
+    let cursor = query_cursor(&q, q.limit, q.after)?;
     let status = q.status();
     public_page(
         core,

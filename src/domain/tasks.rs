@@ -16,7 +16,7 @@ use crate::domain::revision::{Change, PENDING};
 use crate::domain::write::{claim, public_list, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_bounds, page_problems, Cursor, PageParams, Validate, MAX_PAGE};
+use crate::model::{page_problems, query_cursor, Cursor, PageParams, Validate, MAX_PAGE};
 use crate::perf::listcache::ListRoute;
 use crate::perf::quick::QuickCall;
 use crate::store::contributors as contributor_store;
@@ -188,7 +188,7 @@ pub async fn list(
     bearer: Bearer,
     reference: String,
 ) -> ApiResult<actix_web::web::Bytes> {
-    let cursor = page_bounds(q.limit, q.after)?;
+    let cursor = query_cursor(&q, q.limit, q.after)?;
     let params = q.cache_params(cursor);
     let status = q.status.map(TaskStatus::as_str);
     public_list(

@@ -160,6 +160,20 @@ pub fn page_bounds(limit: Option<i64>, after: Option<i64>) -> ApiResult<Cursor> 
     })
 }
 
+/// The window of a query with filters beside `limit` and `after`: 422 with every
+/// problem of the query (its [`Validate`], which the extractor and the MCP
+/// arguments judged already), else its cursor.
+pub fn query_cursor<Q: Validate>(
+    query: &Q,
+    limit: Option<i64>,
+    after: Option<i64>,
+) -> ApiResult<Cursor> {
+    let mut e = FieldErrors::default();
+    query.validate(&mut e);
+    e.finish()?;
+    page_bounds(limit, after)
+}
+
 /// The most items a list page holds (`limit`), but the change feed's.
 pub const MAX_PAGE: i64 = 100;
 

@@ -171,16 +171,23 @@ async fn a_bad_query_parameter_is_422() {
     // Every bad parameter at once: a value out of range beside another's type
     // problem, and both ends of the page (until 2026-12-06 the first one only).
     let orbit = app.orbit(&a, "all-at-once").await;
-    for (query, fields) in [
-        ("status=x&limit=0", vec!["limit", "status"]),
-        ("after=-1&limit=0", vec!["after", "limit"]),
+    for (list, query, fields) in [
+        ("tasks", "status=x&limit=0", vec!["limit", "status"]),
+        ("tasks", "after=-1&limit=0", vec!["after", "limit"]),
         (
+            "tasks",
             "leased=maybe&after=-1&limit=500",
             vec!["after", "leased", "limit"],
         ),
+        (
+            "contributions",
+            "problem_id=0&task_id=-3",
+            vec!["problem_id", "task_id"],
+        ),
+        ("contributions", "kind=x&limit=0", vec!["kind", "limit"]),
     ] {
         let r = app
-            .get(&format!("/api/v1/orbits/{orbit}/tasks?{query}"), None)
+            .get(&format!("/api/v1/orbits/{orbit}/{list}?{query}"), None)
             .await;
         r.assert_error(422, "validation_failed");
         let named: Vec<&str> = r.json["errors"]
@@ -189,26 +196,7 @@ async fn a_bad_query_parameter_is_422() {
             .keys()
             .map(String::as_str)
             .collect();
-        assert_eq!(named, fields, "{query}: {}", r.text);
-    }
-    for (query, fields) in [
-        ("problem_id=0&task_id=-3", vec!["problem_id", "task_id"]),
-        ("kind=x&limit=0", vec!["kind", "limit"]),
-    ] {
-        let r = app
-            .get(
-                &format!("/api/v1/orbits/{orbit}/contributions?{query}"),
-                None,
-            )
-            .await;
-        r.assert_error(422, "validation_failed");
-        let named: Vec<&str> = r.json["errors"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(named, fields, "{query}: {}", r.text);
+        assert_eq!(named, fields, "{list}?{query}: {}", r.text);
     }
     let r = app
         .get(
