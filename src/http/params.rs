@@ -2,9 +2,10 @@
 //! before the handler runs, since the handler needs them, but a 422 of theirs never
 //! hides the contract's 401 (section 2: 401 → 404 → 403 → 422). A parameter that
 //! does not parse, on a request without the token its route needs or with a token
-//! that is not valid, is answered 401 ([`unauthorized_first`]). (Its 404 and 403
-//! still come after: which object a bad parameter names cannot be known; a query's
-//! 422 comes before a 404 of the path, docs/IDEMPOTENCY.md.)
+//! that is not valid, is answered 401 ([`unauthorized_first`]). (A 404 or 403 still
+//! comes after such a 422: which object a bad path parameter names cannot be known,
+//! and a bad query is refused before the path's object is looked up;
+//! docs/IDEMPOTENCY.md.)
 
 use std::rc::Rc;
 
