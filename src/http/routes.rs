@@ -287,8 +287,20 @@ impl KnownRoutes {
     }
 }
 
-/// Unknown route → 404, known path with another method → 405, both in the envelope.
+/// Unknown route → 404, known path with another method → 405, both in the envelope;
+/// but a browser's GET of an unknown path outside the API (it accepts `text/html`,
+/// and the path is not under `/api/`) gets the pages' HTML 404, as a mistyped page
+/// address under `/o/` does.
 pub async fn fallback(req: HttpRequest) -> HttpResponse {
+    let browser = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    let read = matches!(req.method().as_str(), "GET" | "HEAD");
+    if browser && read && !req.path().starts_with("/api/") {
+        return crate::http::pages::not_found().await;
+    }
     let known = req.app_data::<web::Data<KnownRoutes>>().cloned();
     if let Some(allowed) = known.and_then(|k| k.allowed(req.path())) {
         let mut resp =

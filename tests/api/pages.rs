@@ -474,6 +474,34 @@ async fn unknown_slugs_and_ids_are_an_html_404() {
         assert!(text.contains("Not found"), "{path}: {text}");
         assert!(text.contains("HTTP 404"), "{path}: {text}");
     }
+    // Any other unknown path a browser asks for is the same HTML page; the API's
+    // unknown paths, and any path asked for without `text/html`, stay JSON.
+    for (path, accept, html) in [
+        (
+            "/nonexistent",
+            "text/html,application/xhtml+xml,*/*;q=0.8",
+            true,
+        ),
+        ("/o", "text/html", true),
+        ("/nonexistent", "application/json", false),
+        ("/nonexistent", "*/*", false),
+        ("/api/v1/nonexistent", "text/html", false),
+    ] {
+        let r = app
+            .client
+            .get(app.url(path))
+            .header("accept", accept)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(r.status(), 404, "{path} ({accept})");
+        let content_type = r.headers()["content-type"].to_str().unwrap().to_owned();
+        assert_eq!(
+            content_type.starts_with("text/html"),
+            html,
+            "{path} ({accept}): {content_type}"
+        );
+    }
     // A slug PostgreSQL's text cannot hold names no orbit either.
     for path in ["/o/%00", "/o/%00/tasks/1", "/o/a%00b/activity"] {
         assert_page(&app.get(path, None).await, 404);

@@ -193,8 +193,9 @@ fn secure(headers: &mut actix_web::http::header::HeaderMap) {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
 }
 
-/// The HTML 404 for a path under `/o/` that names no page.
-async fn not_found() -> HttpResponse {
+/// The HTML 404 for a path under `/o/` that names no page, and for any other
+/// unknown path a browser asks for (`routes::fallback`).
+pub async fn not_found() -> HttpResponse {
     error_page(PageError::not_found("Page"))
 }
 
