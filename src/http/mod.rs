@@ -1,8 +1,8 @@
 //! The HTTP layer: the route table and OpenAPI root (`routes`), the body extractor
-//! (`json`), the path and query extractors (`params`), the middleware in front of every handler (`ratelimit`, `telemetry`),
-//! the REST handlers by resource (`api`), the MCP endpoint (`mcp`) and the pages
-//! for people (`pages`). A handler
-//! parses, calls one domain function and shapes the answer.
+//! (`json`), the path and query extractors (`params`), the middleware in front of
+//! every handler (`ratelimit`, `telemetry`), the REST handlers by resource (`api`),
+//! the MCP endpoint (`mcp`) and the pages for people (`pages`). A handler parses,
+//! calls one domain function and shapes the answer.
 
 pub mod api;
 pub mod json;

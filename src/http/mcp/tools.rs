@@ -7,8 +7,8 @@
 //! request body (`Body::from_value`), and its canonical form is the fingerprint's. The
 //! key goes to the same `Operation` as the REST route (and is refused where the route
 //! ignores the header: the tool's schema has no key), so a key sent over REST and
-//! over MCP for the same operation and input is one request. Each tool is one arm of [`run`]: its arguments taken
-//! apart, one call into the domain.
+//! over MCP for the same operation and input is one request. Each tool is one arm
+//! of [`run`]: its arguments taken apart, one call into the domain.
 
 use diesel::PgConnection;
 use rmcp::model::JsonObject;
