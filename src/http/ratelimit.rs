@@ -5,7 +5,8 @@
 //! length are cut at the same limit by the JSON extractor), then 429 from the
 //! per-token or per-address limiter. Every limited response carries
 //! `RateLimit-Policy` and `RateLimit` (IETF httpapi draft form); the exempt probes
-//! (`/healthz`, `/readyz`, `/metrics`) and the 413 do not. Limits are in memory and
+//! (`/healthz`, `/readyz`, `/metrics`) and the 413 do not. On `/mcp` a refusal's
+//! body is a JSON-RPC error (`mcp::transport_refusal`). Limits are in memory and
 //! per instance.
 
 use std::future::{ready, Ready};
@@ -137,8 +138,13 @@ where
             if let Some(resp) = crate::http::api::system::gate(req.request(), &state) {
                 return Ok(req.into_response(resp).map_into_right_body());
             }
+            let refusal = if crate::http::mcp::owns(req.path()) {
+                crate::http::mcp::transport_refusal
+            } else {
+                ApiError::to_response
+            };
             if declared_length(&req).is_some_and(|n| n > MAX_BODY_BYTES) {
-                let resp = ApiError::payload_too_large().to_response();
+                let resp = refusal(&ApiError::payload_too_large());
                 return Ok(req.into_response(resp).map_into_right_body());
             }
             // Health, readiness and metrics are for operators and probes: not limited.
@@ -151,7 +157,7 @@ where
                 Decision::Refused(e, p, r) => (p, r, Some(e)),
             };
             let mut res = match refused {
-                Some(err) => req.into_response(err.to_response()).map_into_right_body(),
+                Some(err) => req.into_response(refusal(&err)).map_into_right_body(),
                 None => service.call(req).await?.map_into_left_body(),
             };
             let h = res.headers_mut();

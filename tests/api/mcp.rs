@@ -125,12 +125,12 @@ async fn raw(app: &TestApp, auth: Option<&str>, message: Value) -> crate::harnes
     app.post_raw("/mcp", None, &headers, body).await
 }
 
-/// A refusal before any MCP message was read: HTTP 401 and a JSON-RPC error whose
-/// message is ours (so an MCP client shows it) and whose data is the REST envelope's
-/// fields with the reaction.
+/// A refusal before any MCP message was read: the REST status, and a JSON-RPC error
+/// whose message is ours (so an MCP client shows it) and whose data is the REST
+/// envelope's fields with the reaction.
 #[track_caller]
-fn assert_auth_refusal(r: &crate::harness::Resp) {
-    assert_eq!(r.status.as_u16(), 401, "{}", r.text);
+fn assert_transport_refusal(r: &crate::harness::Resp, status: u16, code: &str, recover: &str) {
+    assert_eq!(r.status.as_u16(), status, "{}", r.text);
     assert!(
         r.header("content-type")
             .is_some_and(|c| c.starts_with("application/json")),
@@ -143,10 +143,15 @@ fn assert_auth_refusal(r: &crate::harness::Resp) {
     assert_eq!(error["code"], -32001, "{}", r.text);
     let message = error["message"].as_str().expect("message");
     assert!(message.len() > 20, "{message}");
-    assert_eq!(error["data"]["code"], "unauthorized", "{}", r.text);
-    assert_eq!(error["data"]["status"], 401, "{}", r.text);
-    assert_eq!(error["data"]["recover"], "not_permitted", "{}", r.text);
+    assert_eq!(error["data"]["code"], code, "{}", r.text);
+    assert_eq!(error["data"]["status"], status, "{}", r.text);
+    assert_eq!(error["data"]["recover"], recover, "{}", r.text);
     assert_eq!(error["data"]["message"], message, "{}", r.text);
+}
+
+#[track_caller]
+fn assert_auth_refusal(r: &crate::harness::Resp) {
+    assert_transport_refusal(r, 401, "unauthorized", "not_permitted");
 }
 
 fn initialize_message() -> Value {
@@ -380,11 +385,61 @@ async fn mcp_is_rate_limited_like_the_rest_api() {
         .await;
         statuses.push(r.status.as_u16());
         if r.status == 429 {
-            r.assert_error(429, "rate_limited");
-            assert!(r.header("retry-after").is_some());
+            // The refusal an MCP client shows, with when to try again.
+            assert_transport_refusal(&r, 429, "rate_limited", "retry_same_key_after");
+            let after = r.header("retry-after").expect("Retry-After");
+            assert_eq!(
+                r.json["error"]["data"]["retry_after_seconds"].to_string(),
+                after,
+                "{}",
+                r.text
+            );
+            assert!(r.header("ratelimit").is_some(), "{:?}", r.headers);
         }
     }
     assert!(statuses.contains(&429), "{statuses:?}");
+}
+
+/// A body over 256 KiB is refused before it is read, with or without a
+/// `Content-Length`, in the JSON-RPC form an MCP client shows, and the call in it
+/// is not made.
+#[tokio::test]
+async fn an_oversized_mcp_body_is_413_in_json_rpc_and_does_nothing() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("mcp-big").await;
+    let call = |slug: &str| {
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "create_orbit",
+            "arguments": {"slug": slug, "name": "Big", "description": "x".repeat(300 * 1024),
+                          "idempotency_key": key()}}})
+    };
+    let r = raw(&app, Some(&format!("Bearer {}", a.token)), call("too-big")).await;
+    assert_transport_refusal(&r, 413, "payload_too_large", "fix_input");
+
+    let body = serde_json::to_vec(&call("too-big-chunked")).unwrap();
+    let response = crate::protection::chunked_post(
+        &app,
+        "/mcp",
+        &a.token,
+        &[("accept", "application/json, text/event-stream")],
+        &body,
+    )
+    .await;
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    let json_body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let value: Value = serde_json::from_str(json_body).expect(&response);
+    assert_eq!(value["jsonrpc"], "2.0", "{response}");
+    assert_eq!(value["error"]["code"], -32001, "{response}");
+    assert_eq!(
+        value["error"]["data"]["code"], "payload_too_large",
+        "{response}"
+    );
+
+    for slug in ["too-big", "too-big-chunked"] {
+        app.get(&format!("/api/v1/orbits/{slug}"), None)
+            .await
+            .assert_error(404, "not_found");
+    }
 }
 
 #[tokio::test]

@@ -10,17 +10,28 @@ use serde_json::json;
 use crate::harness::TestApp;
 use crate::work::{crew, lease, release, task};
 
-/// Sends a body with `Transfer-Encoding: chunked` over a raw connection; returns
-/// the response head.
-async fn chunked_post(app: &TestApp, path: &str, token: &str, body: &[u8]) -> String {
+/// Sends a body with `Transfer-Encoding: chunked` over a raw connection, with
+/// `extra` headers; returns the response as text (head and body, read until the
+/// server closes or the body's `Content-Length` has arrived).
+pub async fn chunked_post(
+    app: &TestApp,
+    path: &str,
+    token: &str,
+    extra: &[(&str, &str)],
+    body: &[u8],
+) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(app.addr)
         .await
         .expect("connect");
-    let head = format!(
+    let mut head = format!(
         "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
     );
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await.expect("head");
     for chunk in body.chunks(16 * 1024) {
         let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
@@ -32,9 +43,28 @@ async fn chunked_post(app: &TestApp, path: &str, token: &str, body: &[u8]) -> St
         }
     }
     let _ = stream.write_all(b"0\r\n\r\n").await;
-    let mut response = vec![0u8; 4096];
-    let n = stream.read(&mut response).await.unwrap_or(0);
-    String::from_utf8_lossy(&response[..n]).into_owned()
+    let mut response = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let read = stream.read(&mut buf);
+        let n = match tokio::time::timeout(std::time::Duration::from_secs(5), read).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => break,
+        };
+        response.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&response);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head.lines().find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse::<usize>().ok())?
+            });
+            if length.is_some_and(|n| body.len() >= n) {
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&response).into_owned()
 }
 
 fn ratelimit(r: &crate::harness::Resp) -> (String, String) {
@@ -61,7 +91,7 @@ async fn a_300_kib_body_is_413_with_or_without_content_length_and_writes_nothing
     r.assert_error(413, "payload_too_large");
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     // Chunked, without Content-Length: refused once the limit is passed.
-    let status = chunked_post(&app, "/api/v1/orbits", &a.token, big.as_bytes()).await;
+    let status = chunked_post(&app, "/api/v1/orbits", &a.token, &[], big.as_bytes()).await;
     assert!(status.starts_with("HTTP/1.1 413"), "{status}");
     // Nothing was written, and the service still answers.
     let r = app.get("/api/v1/orbits", None).await;

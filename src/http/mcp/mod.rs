@@ -8,7 +8,10 @@
 //!
 //! In front of it, `require_token` refuses a request without a valid bearer token with
 //! HTTP 401 (`WWW-Authenticate: Bearer`) before any MCP message is read. `Protect`
-//! (body limit, rate limits) wraps the whole app, this route included. Then
+//! (body limit, rate limits) wraps the whole app, this route included. Every refusal
+//! before a message is read (those two, and a body that does not arrive) keeps its
+//! HTTP status and headers and carries a JSON-RPC error body (`transport_refusal`),
+//! which MCP clients show. Then
 //! `check_message` reads the body once: text that is not JSON gets the JSON-RPC
 //! parse error (-32700), JSON that is not a JSON-RPC message the invalid-request
 //! error (-32600), both HTTP 400 as the transport specification asks; a message
@@ -117,26 +120,37 @@ async fn require_token(
             req.extensions_mut().insert(bearer);
             Ok(next.call(req).await?.map_into_left_body())
         }
-        Err(e) => Ok(req.into_response(auth_refusal(&e)).map_into_right_body()),
+        Err(e) => Ok(req
+            .into_response(transport_refusal(&e))
+            .map_into_right_body()),
     }
+}
+
+/// Whether `path` is served by the MCP endpoint: its refusals take
+/// `transport_refusal`'s form.
+pub fn owns(path: &str) -> bool {
+    path.strip_prefix(PATH)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// JSON-RPC error code of a request refused before any MCP message was read (an
 /// implementation-defined server error, -32000..-32099).
-pub const AUTH_ERROR_CODE: i64 = -32001;
+pub const REFUSED_BEFORE_MESSAGE: i64 = -32001;
 
-/// A refusal of `require_token`: the HTTP status and headers of the REST error
-/// (401 with `WWW-Authenticate: Bearer`, 429 with `Retry-After`, 503), and a JSON-RPC
+/// A refusal before any MCP message was read (`require_token`'s, `Protect`'s, a body
+/// that could not be read): the HTTP status and headers of the REST error (401 with
+/// `WWW-Authenticate: Bearer`, 413, 429 with `Retry-After`, 503...), and a JSON-RPC
 /// error body that carries our message, so an MCP client shows it (the official
-/// Python SDK surfaces a JSON-RPC error body at any status). `data` is a tool
+/// Python SDK surfaces a JSON-RPC error body at any status, and a generic -32603 for
+/// the REST envelope). `id` is null: no message was read. `data` is a tool
 /// refusal's structured form (`refusal_content`): a 429's `retry_after_seconds`
 /// included.
-fn auth_refusal(e: &ApiError) -> HttpResponse {
+pub fn transport_refusal(e: &ApiError) -> HttpResponse {
     let data = refusal_content(e, &e.body.message);
     let body = json!({
         "jsonrpc": "2.0",
         "id": Value::Null,
-        "error": {"code": AUTH_ERROR_CODE, "message": e.body.message, "data": data},
+        "error": {"code": REFUSED_BEFORE_MESSAGE, "message": e.body.message, "data": data},
     });
     e.to_response()
         .set_body(actix_web::body::BoxBody::new(body.to_string()))
@@ -189,7 +203,11 @@ async fn check_message(
     let mut payload = req.take_payload();
     let bytes = match crate::http::json::read_body(req.request(), &mut payload).await {
         Ok(b) => b,
-        Err(e) => return Ok(req.into_response(e.to_response()).map_into_right_body()),
+        Err(e) => {
+            return Ok(req
+                .into_response(transport_refusal(&e))
+                .map_into_right_body())
+        }
     };
     let refusal = match serde_json::from_slice::<Value>(&bytes) {
         Err(e) => Some(jsonrpc_error(
