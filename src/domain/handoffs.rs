@@ -21,7 +21,7 @@ use crate::domain::tasks::task_member;
 use crate::domain::write::{claim, public_page, public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{page_problems, query_cursor, Page, PageParams, Validate, MAX_PAGE};
+use crate::model::{page_problems, query_cursor, Limits, Page, PageParams, Validate, MAX_PAGE};
 use crate::store::handoffs::{self as store, Handoff, HandoffLock, HandoffStatus};
 use crate::store::orbits as orbit_store;
 use crate::store::tasks::{self as task_store, Lease};
@@ -52,6 +52,22 @@ impl Validate for OfferHandoff {
         }
         e.text("message", &self.message, 1, 4000);
     }
+
+    fn validate_within(&self, limits: &Limits, e: &mut FieldErrors) {
+        if let Err(problem) = expiry(limits.min_seconds, self.expires_in_seconds) {
+            e.add("expires_in_seconds", problem);
+        }
+    }
+}
+
+/// The one rule of an offer's optional `expires_in_seconds` (default 3600; `min` is
+/// `leases::min_duration`): the seconds, or the problem in words.
+fn expiry(min: i64, requested: Option<i64>) -> Result<i64, String> {
+    let expires_in = requested.unwrap_or(3600);
+    if expires_in < min || expires_in > 86400 {
+        return Err(format!("must be between {min} and 86400"));
+    }
+    Ok(expires_in)
 }
 
 fn written_handoff(
@@ -78,14 +94,11 @@ pub fn offer(
 ) -> TxResult<Reply> {
     let (orbit_id, _) = task_member(conn, task_id, caller.id())?;
     let value = body?;
-    let expires_in = value.expires_in_seconds.unwrap_or(3600);
     let mut errors = FieldErrors::default();
-    if expires_in < min || expires_in > 86400 {
-        errors.add(
-            "expires_in_seconds",
-            format!("must be between {min} and 86400"),
-        );
-    }
+    let expires_in = expiry(min, value.expires_in_seconds).unwrap_or_else(|problem| {
+        errors.add("expires_in_seconds", problem);
+        0
+    });
     if !store::checkpoint_of_task(conn, value.checkpoint_id, task_id)? {
         errors.add("checkpoint_id", "must be a checkpoint of this task");
     }
@@ -152,6 +165,10 @@ pub struct AcceptHandoff {
 
 impl Validate for AcceptHandoff {
     fn validate(&self, _: &mut FieldErrors) {}
+
+    fn validate_within(&self, limits: &Limits, e: &mut FieldErrors) {
+        crate::domain::leases::check_duration(limits, self.duration_seconds, e);
+    }
 }
 
 /// The result of an accept: the handoff, your new lease, and the revision.

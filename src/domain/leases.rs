@@ -19,7 +19,7 @@ use crate::domain::tasks::task_member;
 use crate::domain::write::{claim, public_page, public_read, Quick, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{ts, Cursor, Page, PageParams, Role, Validate};
+use crate::model::{ts, Cursor, Limits, Page, PageParams, Role, Validate};
 use crate::perf::quick::QuickCall;
 use crate::store::tasks::{self as store, Lease};
 
@@ -36,17 +36,34 @@ pub fn min_duration(config: &Config) -> i64 {
     }
 }
 
+/// The settings a body's own checks depend on (`Validate::validate_within`).
+pub fn limits(config: &Config) -> Limits {
+    Limits {
+        min_seconds: min_duration(config),
+    }
+}
+
+/// The one rule of an optional `duration_seconds` (default 900; `min` is
+/// [`min_duration`]): the seconds, or the problem in words.
+fn duration_rule(min: i64, requested: Option<i64>) -> Result<i64, String> {
+    let d = requested.unwrap_or(DEFAULT_DURATION);
+    if d < min || d > MAX_DURATION {
+        return Err(format!("must be between {min} and {MAX_DURATION}"));
+    }
+    Ok(d)
+}
+
 /// Validates an optional `duration_seconds` (default 900); `min` is
 /// [`min_duration`].
 pub fn duration(min: i64, requested: Option<i64>) -> ApiResult<i64> {
-    let d = requested.unwrap_or(DEFAULT_DURATION);
-    if d < min || d > MAX_DURATION {
-        return Err(ApiError::field(
-            "duration_seconds",
-            format!("must be between {min} and {MAX_DURATION}"),
-        ));
+    duration_rule(min, requested).map_err(|problem| ApiError::field("duration_seconds", problem))
+}
+
+/// [`duration`]'s problem beside a body's others (`Validate::validate_within`).
+pub fn check_duration(limits: &Limits, requested: Option<i64>, errors: &mut FieldErrors) {
+    if let Err(problem) = duration_rule(limits.min_seconds, requested) {
+        errors.add("duration_seconds", problem);
     }
-    Ok(d)
 }
 
 /// Body of an acquire: all optional.
@@ -60,6 +77,10 @@ pub struct AcquireLease {
 
 impl Validate for AcquireLease {
     fn validate(&self, _: &mut FieldErrors) {}
+
+    fn validate_within(&self, limits: &Limits, e: &mut FieldErrors) {
+        check_duration(limits, self.duration_seconds, e);
+    }
 }
 
 pub static ACQUIRE_LEASE: Operation = Operation::required("POST", "/api/v1/tasks/{task}/leases");
@@ -222,6 +243,10 @@ impl Validate for RenewLease {
         if self.lease_version < 1 {
             e.add("lease_version", "must be at least 1");
         }
+    }
+
+    fn validate_within(&self, limits: &Limits, e: &mut FieldErrors) {
+        check_duration(limits, self.duration_seconds, e);
     }
 }
 

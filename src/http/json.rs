@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult, FieldErrors};
 pub use crate::model::canonical::canonical_json;
+use crate::model::Limits;
 pub use crate::model::Validate;
 
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -91,6 +92,7 @@ pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Ve
 pub fn parse_body<T: DeserializeOwned + Validate>(
     content_type_ok: Option<bool>,
     bytes: &[u8],
+    limits: &Limits,
 ) -> ApiResult<JsonBody<T>> {
     let empty = bytes.iter().all(|b| b.is_ascii_whitespace());
     let value: Value = if empty {
@@ -119,7 +121,7 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
         }
         value
     };
-    parse_value(value)
+    parse_value(value, limits)
 }
 
 /// A number in a body that an IEEE 754 double does not hold exactly.
@@ -452,7 +454,7 @@ fn query_words(inner: &str) -> String {
 /// plain words, its values' own checks (ranges...) beside its type problems, as for
 /// a body or a REST query.
 pub fn arguments<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<T> {
-    deserialize_all(value, T::validate)
+    deserialize_all(value, &T::validate)
 }
 
 /// Values tried for a required field that is missing or invalid, so that parsing can
@@ -473,7 +475,7 @@ const PROBES: [fn() -> Value; 6] = [
 /// that were valid. Problems are in plain words (`plain_words`).
 fn deserialize_all<T: DeserializeOwned>(
     mut value: Value,
-    validate: fn(&T, &mut FieldErrors),
+    validate: &dyn Fn(&T, &mut FieldErrors),
 ) -> ApiResult<T> {
     let mut errors = FieldErrors::default();
     // Top-level fields that carry a stand-in: their own checks are not reported.
@@ -582,7 +584,10 @@ fn deserialize_all<T: DeserializeOwned>(
 /// Turns a parsed JSON value into `T` exactly as a request body would be: it must be
 /// an object, unknown and missing fields and wrong types are 422 `validation_failed`,
 /// then the type's own checks run. Keeps the canonical form for fingerprints.
-pub fn parse_value<T: DeserializeOwned + Validate>(mut value: Value) -> ApiResult<JsonBody<T>> {
+pub fn parse_value<T: DeserializeOwned + Validate>(
+    mut value: Value,
+    limits: &Limits,
+) -> ApiResult<JsonBody<T>> {
     if !value.is_object() {
         return Err(ApiError::invalid(
             "malformed_json",
@@ -596,7 +601,10 @@ pub fn parse_value<T: DeserializeOwned + Validate>(mut value: Value) -> ApiResul
     }
     integral_floats_to_integers(&mut value);
     let canonical = canonical_json(&value);
-    let parsed: T = deserialize_all(value, T::validate)?;
+    let parsed: T = deserialize_all(value, &|parsed: &T, errors: &mut FieldErrors| {
+        parsed.validate(errors);
+        parsed.validate_within(limits, errors);
+    })?;
     Ok(JsonBody {
         value: parsed,
         canonical,
@@ -654,8 +662,8 @@ impl<T> Body<T> {
 impl<T: DeserializeOwned + Validate> Body<T> {
     /// A body that did not come over HTTP (an MCP tool's arguments): the same parsing,
     /// validation and canonical form as a request body, its 422 kept for `check()`.
-    pub fn from_value(value: Value) -> Body<T> {
-        match parse_value(value) {
+    pub fn from_value(value: Value, limits: &Limits) -> Body<T> {
+        match parse_value(value, limits) {
             Ok(JsonBody { value, canonical }) => Body {
                 parsed: Ok(value),
                 canonical,
@@ -688,17 +696,28 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for Body<T> {
                     })
                 }
             };
-            Ok(match parse_body(is_json_content_type(&req), &bytes) {
-                Ok(JsonBody { value, canonical }) => Body {
-                    parsed: Ok(value),
-                    canonical,
+            Ok(
+                match parse_body(is_json_content_type(&req), &bytes, &limits_of(&req)) {
+                    Ok(JsonBody { value, canonical }) => Body {
+                        parsed: Ok(value),
+                        canonical,
+                    },
+                    Err(e) => Body {
+                        parsed: Err(e),
+                        canonical: String::new(),
+                    },
                 },
-                Err(e) => Body {
-                    parsed: Err(e),
-                    canonical: String::new(),
-                },
-            })
+            )
         })
+    }
+}
+
+/// The body limits of the instance that serves `req` (the defaults' where no state
+/// is mounted).
+fn limits_of(req: &HttpRequest) -> Limits {
+    match req.app_data::<actix_web::web::Data<crate::http::state::AppState>>() {
+        Some(state) => crate::domain::leases::limits(&state.config),
+        None => crate::domain::leases::limits(&crate::config::Config::defaults()),
     }
 }
 
@@ -717,7 +736,7 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for JsonBody<T> {
         let mut payload = payload.take();
         Box::pin(async move {
             let bytes = read_body(&req, &mut payload).await?;
-            parse_body(is_json_content_type(&req), &bytes)
+            parse_body(is_json_content_type(&req), &bytes, &limits_of(&req))
         })
     }
 }

@@ -14,6 +14,20 @@ use crate::error::{ApiResult, FieldErrors};
 /// operation in `domain`).
 pub trait Validate {
     fn validate(&self, errors: &mut FieldErrors);
+
+    /// The checks that depend on the instance's settings ([`Limits`]), reported
+    /// beside `validate`'s; none unless a type says so.
+    fn validate_within(&self, limits: &Limits, errors: &mut FieldErrors) {
+        let _ = (limits, errors);
+    }
+}
+
+/// The instance's settings that a body's own checks depend on
+/// (`domain::leases::limits` reads them from the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The smallest lease duration and handoff expiry, in seconds.
+    pub min_seconds: i64,
 }
 
 /// A contributor as other objects name it. `name` and `model_claim` are self-declared.

@@ -482,6 +482,92 @@ async fn lease_writes_validate_input_before_anything_else() {
     r.assert_error(401, "unauthorized");
 }
 
+/// A duration or expiry out of range is one of the body's problems, listed beside
+/// the others in the one 422 (contract section 17: every invalid field at once),
+/// over REST and MCP alike, and nothing is written. (The smallest duration is the
+/// instance's setting: 1 s under the tests' short-durations flag, so 0 is out.)
+#[tokio::test]
+async fn an_out_of_range_duration_is_listed_beside_the_bodys_other_problems() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "ranges", 1).await;
+    let a = &c.members[0];
+    let t = task(&app, a, c.orbit, "t").await;
+    #[track_caller]
+    fn both(r: &crate::harness::Resp, range: &str, other: &str) {
+        r.assert_error(422, "validation_failed");
+        let errors = r.json["errors"].as_object().expect("errors");
+        assert!(errors.contains_key(range), "{}", r.text);
+        assert!(errors.contains_key(other), "{}", r.text);
+    }
+    let r = acquire(&app, a, t, json!({"duration_seconds": 0, "extra": 1})).await;
+    both(&r, "duration_seconds", "extra");
+    assert!(
+        r.json["errors"]["duration_seconds"][0]
+            .as_str()
+            .is_some_and(|m| m.contains("between 1 and 3600")),
+        "{}",
+        r.text
+    );
+
+    let (l, v) = lease(&app, a, t, 900).await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/leases/{l}/renew"),
+            &a.token,
+            json!({"lease_version": 0, "duration_seconds": 4000}),
+        )
+        .await;
+    both(&r, "duration_seconds", "lease_version");
+    let ckpt = checkpoint(&app, a, t, v, json!({})).await.created_id();
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/handoffs"),
+            &a.token,
+            json!({"lease_version": 0, "checkpoint_id": ckpt, "message": "m",
+                   "expires_in_seconds": 0}),
+        )
+        .await;
+    both(&r, "expires_in_seconds", "lease_version");
+    let offered = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/handoffs"),
+            &a.token,
+            json!({"lease_version": v, "checkpoint_id": ckpt, "message": "m"}),
+        )
+        .await
+        .created_id();
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/handoffs/{offered}/accept"),
+            &c.owner.token,
+            json!({"duration_seconds": -5, "extra": true}),
+        )
+        .await;
+    both(&r, "duration_seconds", "extra");
+
+    let mcp = crate::mcp::connect(&app, a).await;
+    let other = task(&app, a, c.orbit, "u").await;
+    let r = crate::mcp::call(
+        &mcp,
+        "acquire_lease",
+        json!({"task_id": other, "duration_seconds": 0, "extra": 1,
+               "idempotency_key": uuid::Uuid::new_v4().to_string()}),
+    )
+    .await;
+    let s = crate::mcp::refused(&r, 422, "validation_failed", "fix_input");
+    assert!(s["errors"]["duration_seconds"].is_array(), "{s}");
+    assert!(s["errors"]["extra"].is_array(), "{s}");
+
+    // None of them changed anything: the lease is still the one taken above, the
+    // handoff still pending, the other task never leased.
+    let r = app.get(&format!("/api/v1/leases/{l}"), None).await;
+    assert_eq!(r.json["data"]["is_active"], true, "{}", r.text);
+    let r = app.get(&format!("/api/v1/handoffs/{offered}"), None).await;
+    assert_eq!(r.json["data"]["status"], "PENDING", "{}", r.text);
+    let r = app.get(&format!("/api/v1/tasks/{other}"), None).await;
+    assert_eq!(r.json["data"]["lease_version"], 0, "{}", r.text);
+}
+
 #[tokio::test]
 async fn checkpoint_state_is_hashed_in_canonical_form_and_bounded() {
     let app = TestApp::spawn().await;

@@ -29,15 +29,16 @@ use crate::domain::{
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::{written, Reply, State};
 use crate::http::json::{Body, Validate};
-use crate::model::{page_problems, MAX_PAGE};
+use crate::model::{page_problems, Limits, MAX_PAGE};
 use crate::store::handoffs::HandoffStatus;
 
 /// A tool's arguments, taken apart the way a REST request is: path ids, the key,
 /// then the rest as the body (or the query). A bad id or orbit is noted (`.1`), not
 /// raised at once: the call that takes the rest (`query`, `none`, `body`, `write`)
 /// answers one 422 that lists it beside every problem of the rest (contract section
-/// 17: every invalid field at once), before anything is read.
-struct Args(Map<String, Value>, FieldErrors);
+/// 17: every invalid field at once), before anything is read. `.2`: the limits
+/// the body's own checks take, as a REST body's (`Validate::validate_within`).
+struct Args(Map<String, Value>, FieldErrors, Limits);
 
 /// `problems`, with the field problems of `e` (a 422 of the rest) beside them.
 fn all_problems(mut problems: FieldErrors, e: Option<ApiError>) -> ApiError {
@@ -140,7 +141,7 @@ impl Args {
     /// The remaining arguments as a REST body: parsed and validated late, like one;
     /// after a bad id, the 422 of both at once.
     fn body<T: DeserializeOwned + Validate>(self) -> ApiResult<Body<T>> {
-        let body = Body::from_value(Value::Object(self.0));
+        let body = Body::from_value(Value::Object(self.0), &self.2);
         if self.1.is_empty() {
             return Ok(body);
         }
@@ -254,9 +255,15 @@ pub async fn call(
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    run(state, bearer, name, Args(arguments, FieldErrors::default()))
-        .await
-        .transpose()
+    let limits = leases::limits(&state.config);
+    run(
+        state,
+        bearer,
+        name,
+        Args(arguments, FieldErrors::default(), limits),
+    )
+    .await
+    .transpose()
 }
 
 #[derive(serde::Deserialize)]
