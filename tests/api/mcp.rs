@@ -129,7 +129,7 @@ async fn raw(app: &TestApp, auth: Option<&str>, message: Value) -> crate::harnes
 /// whose message is ours (so an MCP client shows it) and whose data is the REST
 /// envelope's fields with the reaction.
 #[track_caller]
-fn assert_transport_refusal(r: &crate::harness::Resp, status: u16, code: &str, recover: &str) {
+pub fn assert_transport_refusal(r: &crate::harness::Resp, status: u16, code: &str, recover: &str) {
     assert_eq!(r.status.as_u16(), status, "{}", r.text);
     assert!(
         r.header("content-type")
@@ -257,7 +257,7 @@ async fn initialize_and_list_every_tool_with_an_input_schema() {
             None,
         )
         .await;
-    r.assert_envelope(405);
+    assert_transport_refusal(&r, 405, "method_not_allowed", "fix_input");
     assert_eq!(r.header("allow"), Some("POST"));
     let r = raw(
         &app,

@@ -9,9 +9,10 @@
 //! In front of it, `require_token` refuses a request without a valid bearer token with
 //! HTTP 401 (`WWW-Authenticate: Bearer`) before any MCP message is read. `Protect`
 //! (body limit, rate limits) wraps the whole app, this route included. Every refusal
-//! before a message is read (those two, and a body that does not arrive) keeps its
-//! HTTP status and headers and carries a JSON-RPC error body (`transport_refusal`),
-//! which MCP clients show. Then
+//! before a message is read (those two, a body that does not arrive, and the SDK
+//! transport's own 405, 406 and 415: `transport_errors`) keeps its HTTP status and
+//! headers and carries a JSON-RPC error body (`transport_refusal`), which MCP
+//! clients show. Then
 //! `check_message` reads the body once: text that is not JSON gets the JSON-RPC
 //! parse error (-32700), JSON that is not a JSON-RPC message the invalid-request
 //! error (-32600), both HTTP 400 as the transport specification asks; a message
@@ -30,7 +31,7 @@ use std::sync::Arc;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
-use actix_web::middleware::{from_fn, Next};
+use actix_web::middleware::{from_fn, ErrorHandlerResponse, ErrorHandlers, Next};
 use actix_web::{web, FromRequest, HttpMessage, HttpResponse};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -104,6 +105,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, service: &McpService) {
         service
             .clone()
             .scope_with_path(PATH)
+            .wrap(transport_errors())
             .wrap(from_fn(check_message))
             .wrap(from_fn(require_token)),
     );
@@ -124,6 +126,33 @@ async fn require_token(
             .into_response(transport_refusal(&e))
             .map_into_right_body()),
     }
+}
+
+/// The SDK transport's own refusals (405 for `GET`/`DELETE`, 406 for an `Accept`
+/// without both types, 415 for another `Content-Type`) come without a JSON body:
+/// each gets `transport_refusal`'s form, its `Allow` kept.
+fn transport_errors<B: 'static>() -> ErrorHandlers<B> {
+    ErrorHandlers::new().default_handler(|res: ServiceResponse<B>| {
+        let headers = res.response().headers();
+        let is_json = headers
+            .get(actix_web::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+        }
+        let allow = headers.get(actix_web::http::header::ALLOW).cloned();
+        let status = res.status();
+        let (req, _) = res.into_parts();
+        let mut resp = transport_refusal(&ApiError::from_status(status));
+        if let Some(allow) = allow {
+            resp.headers_mut()
+                .insert(actix_web::http::header::ALLOW, allow);
+        }
+        Ok(ErrorHandlerResponse::Response(
+            ServiceResponse::new(req, resp).map_into_right_body(),
+        ))
+    })
 }
 
 /// Whether `path` is served by the MCP endpoint: its refusals take

@@ -245,7 +245,8 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
         assert!(message.contains("\"arguments\""), "{message}");
     }
     // The transport's own refusals have codes of their own, with the status the
-    // guide's table gives them (until 2026-12-05 both were `bad_request`).
+    // guide's table gives them (until 2026-12-05 both were `bad_request`), in the
+    // JSON-RPC form an MCP client shows (until 2026-12-06 the REST envelope).
     let r = app
         .post_raw(
             "/mcp",
@@ -255,12 +256,12 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
         )
         .await;
     assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", r.text);
-    r.assert_error(415, "unsupported_media_type");
+    crate::mcp::assert_transport_refusal(&r, 415, "unsupported_media_type", "fix_input");
     let ping = br#"{"jsonrpc": "2.0", "id": 9, "method": "ping"}"#;
     let r = app
         .post_raw("/mcp", Some(&a.token), &[headers[0]], ping.to_vec())
         .await;
-    r.assert_error(406, "not_acceptable");
+    crate::mcp::assert_transport_refusal(&r, 406, "not_acceptable", "fix_input");
     // A well-formed message still reaches the SDK.
     let init = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
