@@ -46,12 +46,12 @@ extract docs/HANDOFF.md "$blocks/handoff"
 extract agents.md "$blocks/agents"
 
 # What every block sees: a curl that fails on unexpected statuses and keeps the
-# last body in $LAST.
+# last body in $LAST. Its own `-w` comes last, so it wins over a block's.
 BASE="http://127.0.0.1:$port"
 export BASE
 curl() {
   local out status
-  out=$(command curl -sS -w '\n%{http_code}' "$@") || return 1
+  out=$(command curl -sS "$@" -w '\n%{http_code}') || return 1
   status=${out##*$'\n'}
   LAST=${out%$'\n'*}
   printf '%s\n' "$LAST"
@@ -77,8 +77,13 @@ run_block() {
 
 readme=("$blocks"/readme/*.sh)
 [ "${#readme[@]}" -ge 5 ] || { echo "doc-curls: no quick start blocks found in README.md" >&2; exit 1; }
-for f in "${readme[@]}"; do run_block "$f"; done
-echo "README quick start: ok (${#readme[@]} blocks)"
+# Twice, as a reader who pastes it again would: it must not collide with its
+# first run.
+for _ in 1 2; do
+  for f in "${readme[@]}"; do run_block "$f"; done
+  sleep 1
+done
+echo "README quick start: ok (${#readme[@]} blocks, twice)"
 
 # docs/HANDOFF.md assumes a task leased by the giver, a checkpoint and a taker.
 new_token() {
