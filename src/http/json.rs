@@ -374,6 +374,16 @@ pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(
         .into_owned()
         .collect();
     let mut problems: Vec<(String, String)> = Vec::new();
+    // A parameter given twice is a problem of its own (serde's words would be
+    // "duplicate field"); its first value is read on, so its other problems show too.
+    let mut seen = std::collections::BTreeSet::new();
+    pairs.retain(|(k, _)| {
+        let first = seen.insert(k.clone());
+        if !first && !problems.iter().any(|(p, _)| p == k) {
+            problems.push((k.clone(), GIVEN_TWICE.to_owned()));
+        }
+        first
+    });
     // Missing parameters that carry a stand-in, with the probe they hold now.
     let mut stand_ins: std::collections::BTreeMap<String, usize> = Default::default();
     for _ in 0..64 {
@@ -407,7 +417,9 @@ pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(
             pairs.push((name.clone(), QUERY_PROBES[0].to_owned()));
             stand_ins.insert(name, 0);
         } else if let Some(name) = between_backticks(&inner, "unknown field `") {
-            // Not echoed: the name is the client's.
+            // Not echoed: the name is the client's. Unknown says all there is to say
+            // of it, given twice or not.
+            problems.retain(|(p, _)| *p != name);
             problems.push((name.clone(), "is not a parameter of this route".to_owned()));
             let before = pairs.len();
             pairs.retain(|(k, _)| *k != name);
@@ -431,6 +443,9 @@ pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(
     }
     (None, problems)
 }
+
+/// The words on a query parameter given more than once.
+const GIVEN_TWICE: &str = "is given more than once: give it once";
 
 /// [`plain_words`] for a query value, which also turns the standard library's parse
 /// errors (`invalid digit found in string`) into what the value must be.

@@ -343,3 +343,47 @@ async fn every_bad_query_parameter_is_reported_at_once() {
     );
     assert!(!r.text.contains("made_up_zz"), "{}", r.text);
 }
+
+/// A parameter given twice is named in plain words (not serde's "duplicate
+/// field"), beside the problems of its first value and of the others; a made-up
+/// one given twice is only "not a parameter", under `query`.
+#[tokio::test]
+async fn a_query_parameter_given_twice_is_named_in_plain_words() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("twice").await;
+    let r = app
+        .get("/api/v1/orbits?limit=5&limit=6&after=-x", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["limit"],
+        json!(["is given more than once: give it once"]),
+        "{}",
+        r.text
+    );
+    assert!(r.json["errors"]["after"].is_array(), "{}", r.text);
+    let r = app
+        .get("/api/v1/orbits?limit=abc&limit=abc", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["limit"],
+        json!([
+            "is given more than once: give it once",
+            "must be a whole number"
+        ]),
+        "{}",
+        r.text
+    );
+    let r = app
+        .get("/api/v1/orbits?made_up_zz=1&made_up_zz=2", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"],
+        json!({"query": ["is not a parameter of this route"]}),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("duplicate"), "{}", r.text);
+}
