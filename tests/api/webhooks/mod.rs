@@ -545,6 +545,22 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
             .await;
         r.assert_error(422, "webhook_url_forbidden");
     }
+    // A host that cannot resolve (RFC 6761 keeps `.invalid` out of DNS): the reason
+    // on `url`, as agents.md says.
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": "https://hooks.example.invalid/in"}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let why = r.json["errors"]["url"][0].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("the host hooks.example.invalid d") && why.contains("resolve"),
+        "{}",
+        r.text
+    );
     let list = app.get("/api/v1/me/webhooks", Some(&owner.token)).await;
     assert_eq!(list.json["data"], json!([]));
     assert_eq!(
