@@ -365,19 +365,33 @@ fn misfit_params(message: &rmcp::model::ClientJsonRpcMessage) -> Option<String> 
     };
     let params = custom.params.clone().unwrap_or(Value::Null);
     match custom.method.as_str() {
-        "tools/call" => Some(
-            match serde_json::from_value::<rmcp::model::CallToolRequestParams>(params) {
-                Err(e) => format!(
-                    "Invalid params: tools/call takes {{\"name\": a tool's name, \"arguments\": an object}} ({e})."
-                ),
-                Ok(_) => "Invalid params for tools/call.".to_owned(),
-            },
-        ),
+        "tools/call" => Some(tools_call_misfit(&params)),
         "initialize" | "ping" | "tools/list" => {
             Some(format!("Invalid params for {}.", custom.method))
         }
         _ => None,
     }
+}
+
+/// What is wrong with a `tools/call`'s params, in plain words (serde's would name
+/// the SDK's types), and the shape they must have.
+fn tools_call_misfit(params: &Value) -> String {
+    let what = match params {
+        Value::Null => "`params` is missing",
+        Value::Object(p) => match (p.get("name"), p.get("arguments")) {
+            (None, _) => "`params.name` is missing",
+            (Some(name), _) if !name.is_string() => "`params.name` must be a string",
+            (_, Some(a)) if !a.is_object() && !a.is_null() => {
+                "`params.arguments` must be an object"
+            }
+            _ => "they do not fit",
+        },
+        _ => "`params` must be an object",
+    };
+    format!(
+        "Invalid params: {what}. tools/call takes {{\"name\": a tool's name (tools/list), \
+         \"arguments\": an object}}."
+    )
 }
 
 async fn authenticate(req: &ServiceRequest) -> ApiResult<Bearer> {

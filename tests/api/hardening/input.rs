@@ -2,7 +2,7 @@
 //! integral floats, malformed JSON-RPC and bad query parameters.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::harness::TestApp;
 
@@ -224,12 +224,20 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
     );
     // A tools/call whose params do not fit: -32602 saying what they must be (the
     // SDK read it as an unknown method: -32601 "tools/call", until 2026-12-05).
-    for params in [
-        json!({"name": "get_task", "arguments": [1]}),
-        json!({"name": 5}),
-        json!({"arguments": {}}),
+    // In plain words that name the problem, not serde's (which names the SDK's types).
+    for (params, problem) in [
+        (
+            json!({"name": "get_task", "arguments": [1]}),
+            "`params.arguments` must be an object",
+        ),
+        (json!({"name": 5}), "`params.name` must be a string"),
+        (json!({"arguments": {}}), "`params.name` is missing"),
+        (Value::Null, "`params` is missing"),
     ] {
-        let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params});
+        let mut call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call"});
+        if !params.is_null() {
+            call["params"] = params.clone();
+        }
         let r = app
             .post_raw(
                 "/mcp",
@@ -243,6 +251,8 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
         assert_eq!(r.json["error"]["code"], -32602, "{params}: {}", r.text);
         let message = r.json["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("\"arguments\""), "{message}");
+        assert!(message.contains(problem), "{params}: {message}");
+        assert!(!message.contains("struct"), "{message}");
     }
     // The transport's own refusals have codes of their own, with the status the
     // guide's table gives them (until 2026-12-05 both were `bad_request`), in the
