@@ -45,7 +45,7 @@ pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
     role.ok_or_else(|| {
         ApiError::forbidden(
             "not_a_member",
-            "Only members of this orbit may write in it: join the orbit, then send the request \
+            "Only members of this orbit may do this: join the orbit, then send the request \
              again.",
         )
         .into()

@@ -230,6 +230,25 @@ async fn initialize_and_list_every_tool_with_an_input_schema() {
             "{name}"
         );
     }
+    // Reads are read-only; writes that end or change what exists are destructive
+    // (a client may ask its user first), those that only add are not.
+    let hints = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        let a = t.annotations.as_ref().expect("annotations");
+        (a.read_only_hint, a.destructive_hint)
+    };
+    assert_eq!(hints("get_task"), (Some(true), None));
+    for name in [
+        "cancel_task",
+        "remove_member",
+        "release_lease",
+        "accept_handoff",
+    ] {
+        assert_eq!(hints(name), (Some(false), Some(true)), "{name}");
+    }
+    for name in ["create_task", "write_checkpoint", "offer_handoff"] {
+        assert_eq!(hints(name), (Some(false), Some(false)), "{name}");
+    }
 
     // The transport itself: a single JSON response to initialize; GET is not served
     // (no server-initiated stream), nor is an unknown tool.
@@ -542,6 +561,13 @@ async fn drafter_hands_off_to_reviewer_entirely_through_tools() {
         let r = call(&drafter, tool, args).await;
         let s = refused(&r, 409, "handed_off", "stop_and_report");
         assert_eq!(s["details"]["handoff_id"], handoff, "{tool}: {s}");
+        assert!(
+            s["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("You handed this task off and the handoff is pending"),
+            "{tool}: {s}"
+        );
         let text = format!("{s} {:?}", r.content).to_lowercase();
         for lifting in ["withdraw", "release", "acquire", "accept", "renew it"] {
             assert!(
@@ -782,7 +808,9 @@ async fn a_non_member_is_refused_with_not_permitted() {
 /// `task_closed` keeps its reaction (`stop_and_report`, issue 11) but not the lease
 /// codes' neutral words: an acquirer never held a lease, so the refusal says the
 /// task is closed (until 2026-12-05: "Your lease no longer lets you work on this
-/// task").
+/// task"). A lease code says its fact and no way around the fence (until
+/// 2026-12-06 every one said "Your lease no longer lets you work on this task", to
+/// a caller who never held the lease too).
 #[tokio::test]
 async fn acquiring_a_closed_task_says_the_task_is_closed() {
     let app = TestApp::spawn().await;
@@ -819,11 +847,10 @@ async fn acquiring_a_closed_task_says_the_task_is_closed() {
     )
     .await;
     let s = refused(&r, 409, "lease_not_held", "stop_and_report");
-    assert!(
-        s["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("Your lease no longer"),
+    assert_eq!(
+        s["message"],
+        "This lease is not yours (lease_not_held). Stop working on this task and report \
+         what you have.",
         "{s}"
     );
     client.cancel().await.ok();

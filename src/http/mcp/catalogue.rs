@@ -878,6 +878,27 @@ fn input_schema(input: &Input, components: &Map<String, Value>) -> JsonObject {
     schema
 }
 
+/// The write tools that end or change what exists rather than only add to it (MCP's
+/// `destructiveHint`): a client may ask its user before calling them.
+const DESTRUCTIVE: &[&str] = &[
+    "release_lease",
+    "accept_handoff",
+    "decline_handoff",
+    "withdraw_handoff",
+    "complete_task",
+    "cancel_task",
+    "set_member",
+    "remove_member",
+    "set_problem_status",
+];
+
+/// Whether the tool `name` takes an `idempotency_key` (its REST route's key rule).
+pub fn takes_key(name: &str) -> bool {
+    DEFS.iter().any(|d| {
+        d.name == name && matches!(&d.input, Input::Write { op, .. } if op.rule != KeyRule::Ignored)
+    })
+}
+
 /// Every tool, built once from the definitions and the OpenAPI document's schemas.
 pub fn catalogue() -> &'static [Tool] {
     static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();
@@ -895,7 +916,7 @@ pub fn catalogue() -> &'static [Tool] {
                     Input::Read { .. } => ToolAnnotations::new().read_only(true),
                     Input::Write { op, .. } => ToolAnnotations::new()
                         .read_only(false)
-                        .destructive(false)
+                        .destructive(DESTRUCTIVE.contains(&d.name))
                         .idempotent(op.rule == KeyRule::Required),
                 }
                 .open_world(false);
@@ -923,6 +944,13 @@ mod tests {
             }
         }
         assert_eq!(catalogue().len(), DEFS.len());
+        for name in DESTRUCTIVE {
+            assert!(
+                DEFS.iter()
+                    .any(|d| d.name == *name && matches!(d.input, Input::Write { .. })),
+                "{name}: not a write tool"
+            );
+        }
     }
 
     /// Every served REST operation has a tool, or a reason in NOT_TOOLS; every tool

@@ -275,7 +275,8 @@ async fn check_message(
                 Some(
                     if value.get("method").and_then(Value::as_str) == Some("tools/call") {
                         // A tool's invalid input is a tool refusal, as for every other 422.
-                        let result = refusal(&err);
+                        let tool = value.pointer("/params/name").and_then(Value::as_str);
+                        let result = refusal(&err, tool.is_some_and(catalogue::takes_key));
                         HttpResponse::Ok()
                             .content_type("application/json")
                             .body(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
@@ -474,7 +475,7 @@ impl ServerHandler for OrbitMcp {
         };
         Ok(match outcome {
             Ok(done) => success(done),
-            Err(e) => refusal(&e),
+            Err(e) => refusal(&e, catalogue::takes_key(&request.name)),
         }
         .into())
     }
@@ -485,6 +486,21 @@ impl ServerHandler for OrbitMcp {
 pub struct Done {
     pub body: Vec<u8>,
     pub replayed: bool,
+}
+
+/// What a lease code's refusal says over MCP: the fact only, never how the fence
+/// could be lifted (the REST words for `lease_expired` mention acquiring again, those
+/// for `handed_off` withdrawing). `None` for a code that keeps its own words
+/// (`task_closed`: about the task, which names no way around it).
+fn stop_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "stale_lease_version" => "This lease version is no longer the task's current one",
+        "lease_not_held" => "This lease is not yours",
+        "lease_released" => "This lease was released",
+        "lease_expired" => "This lease has expired",
+        "handed_off" => "You handed this task off and the handoff is pending",
+        _ => return None,
+    })
 }
 
 /// `_meta` key set on a result replayed from its idempotency key.
@@ -524,32 +540,60 @@ fn refusal_content(e: &ApiError, message: &str) -> Value {
 }
 
 /// A refusal: a tool error whose structured content carries the REST status, the
-/// code, the details and the one right reaction (`recover`).
-fn refusal(e: &ApiError) -> CallToolResult {
+/// code, the details and the one right reaction (`recover`). `keyed`: the tool takes
+/// an `idempotency_key`, which a retry after `retry_after_seconds` sends again.
+fn refusal(e: &ApiError, keyed: bool) -> CallToolResult {
     let code = e.body.code.as_str();
     let status = e.status.as_u16();
     let recover = e.recover();
-    // For the lease codes the reaction is to stop: the message says only that, never
-    // how the fence could be lifted. (`task_closed` is about the task, not a lease the
-    // caller may not even have held: its own words, which name no way around it.)
-    let message = if let Some(words) = crate::domain::idempotency::tool_message(code) {
-        words.to_owned()
-    } else if recover == "stop_and_report" && code != "task_closed" {
-        format!(
-            "Your lease no longer lets you work on this task ({code}). Stop working on it \
-             and report what you have."
-        )
-    } else {
-        e.body.message.clone()
+    let message = match crate::domain::idempotency::tool_message(code) {
+        Some(words) => words.to_owned(),
+        None if recover == "stop_and_report" => stop_message(code)
+            .map(|fact| {
+                format!("{fact} ({code}). Stop working on this task and report what you have.")
+            })
+            .unwrap_or_else(|| e.body.message.clone()),
+        None => e.body.message.clone(),
     };
     let content = refusal_content(e, &message);
-    let text = format!(
-        "Refused: {status} {code}. {message} Recover: {recover}{}.",
-        e.retry_after
-            .map(|s| format!(" (after {s} s, with the same idempotency_key)"))
-            .unwrap_or_default()
-    );
+    let retry = match (e.retry_after, keyed) {
+        (Some(s), true) => format!(" (after {s} s, with the same idempotency_key)"),
+        (Some(s), false) => format!(" (after {s} s)"),
+        (None, _) => String::new(),
+    };
+    let text = format!("Refused: {status} {code}. {message} Recover: {recover}{retry}.");
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
     result.structured_content = Some(content);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(result: &CallToolResult) -> String {
+        serde_json::to_value(&result.content).unwrap()[0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A refusal with a wait says to send the same key again only to a tool that
+    /// takes one (a read's 429 said "with the same idempotency_key" until 2026-12-06).
+    #[test]
+    fn the_retry_hint_names_the_key_only_for_a_keyed_tool() {
+        let limited = ApiError::from_status(actix_web::http::StatusCode::TOO_MANY_REQUESTS)
+            .with_retry_after(2);
+        let keyed = text(&refusal(&limited, true));
+        assert!(
+            keyed.ends_with("(after 2 s, with the same idempotency_key)."),
+            "{keyed}"
+        );
+        let read = text(&refusal(&limited, false));
+        assert!(read.ends_with("(after 2 s)."), "{read}");
+        assert!(catalogue::takes_key("acquire_lease"));
+        for name in ["read_changes", "check_fence", "no_such_tool"] {
+            assert!(!catalogue::takes_key(name), "{name}");
+        }
+    }
 }
