@@ -35,9 +35,10 @@ pub struct CreateCheckpoint {
     #[schema(min_length = 1, max_length = 4000)]
     pub summary: String,
     /// Any JSON whose RFC 8785 canonical form is at most 64 KiB.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub state: serde_json::Value,
     /// Artifacts of the same orbit.
+    #[schema(max_items = 100)]
     pub artifact_ids: Option<Vec<i64>>,
 }
 

@@ -28,9 +28,24 @@ pub struct CreateMemoryRecord {
     #[schema(min_length = 1, max_length = 65536)]
     pub content: String,
     /// At most 32 tags of 1..64 characters, kept as sent.
-    #[schema(max_items = 32)]
+    #[schema(max_items = 32, value_type = Option<Vec<MemoryTag>>)]
     pub tags: Option<Vec<String>>,
 }
+
+/// The schema of one tag of a memory record (`tags`' items): 1..64 characters.
+pub struct MemoryTag;
+
+impl utoipa::PartialSchema for MemoryTag {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_TAG_CHARS))
+            .into()
+    }
+}
+
+impl ToSchema for MemoryTag {}
 
 impl Validate for CreateMemoryRecord {
     fn validate(&self, e: &mut FieldErrors) {

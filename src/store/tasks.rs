@@ -131,7 +131,7 @@ pub struct Checkpoint {
     pub author: ContributorActor,
     pub summary: String,
     /// Any JSON, returned in its RFC 8785 canonical form.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub state: Box<serde_json::value::RawValue>,
     /// Lowercase hex SHA-256 of the canonical form of `state`.
     pub state_hash: String,

@@ -223,6 +223,21 @@ async fn initialize_and_list_every_tool_with_an_input_schema() {
         contribution["properties"]["kind"]["enum"].is_array(),
         "{contribution}"
     );
+    // A checkpoint's state is any JSON (contract 9.1), not only an object; the
+    // limits validation enforces are in the schema (until 2026-12-06 the state said
+    // `object`, and the artifacts' and tags' limits were words only).
+    let checkpoint = schema_of("write_checkpoint");
+    assert!(
+        checkpoint["properties"]["state"].get("type").is_none(),
+        "{checkpoint}"
+    );
+    assert_eq!(checkpoint["properties"]["artifact_ids"]["maxItems"], 100);
+    let tag = &schema_of("write_memory")["properties"]["tags"]["items"];
+    assert_eq!(
+        (tag["minLength"].as_u64(), tag["maxLength"].as_u64()),
+        (Some(1), Some(64)),
+        "{tag}"
+    );
     // The fence check, joining and memory records take no key, as over REST.
     for name in ["check_fence", "join_orbit", "write_memory"] {
         assert!(

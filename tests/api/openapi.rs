@@ -310,8 +310,65 @@ fn every_documented_body_limit_is_the_one_validation_enforces() {
         .as_object()
         .expect("component schemas");
     let (mut limited, mut unchecked) = (Vec::new(), Vec::new());
+    // A value at `bound` is no problem of `key`, one character past it is: the
+    // value put in `field` of `base` by `place` (the string, or an array of it).
+    let probe = |name: &str,
+                 (base, check): (&Value, &Check),
+                 (field, key): (&str, &str),
+                 place: &dyn Fn(String) -> Value,
+                 (bound, which): (u64, &str)| {
+        let bound = bound as usize;
+        let mut at = base.clone();
+        at[field] = place(filler(field, bound));
+        assert!(
+            !check(at).has(key),
+            "{name}.{key}: {bound} characters ({which}) is refused"
+        );
+        let outside = match which {
+            "maxLength" => bound + 1,
+            _ => match bound.checked_sub(1) {
+                Some(below) => below,
+                None => return, // minLength 0 bounds nothing
+            },
+        };
+        let mut past = base.clone();
+        past[field] = place(filler(field, outside));
+        assert!(
+            check(past).has(key),
+            "{name}.{key}: {outside} characters is accepted, past its {which} {bound}"
+        );
+    };
+    let bounds = |s: &Value| {
+        [
+            s["minLength"].as_u64().map(|m| (m, "minLength")),
+            s["maxLength"].as_u64().map(|m| (m, "maxLength")),
+        ]
+    };
     for (name, schema) in schemas {
         let properties = schema["properties"].as_object();
+        if properties.is_none() && bounds(schema).iter().any(Option::is_some) {
+            // An item's schema (`MemoryTag`): checked through the body whose array
+            // property names it, on the array's first element.
+            let target = json!(format!("#/components/schemas/{name}"));
+            let user = schemas.iter().find_map(|(body, s)| {
+                let (field, _) = s["properties"]
+                    .as_object()?
+                    .iter()
+                    .find(|(_, p)| p["items"]["$ref"] == target)?;
+                let (_, base, check) = bodies.iter().find(|(n, ..)| n == body)?;
+                Some((body, field, base, check))
+            });
+            let Some((body, field, base, check)) = user else {
+                unchecked.push(format!("{name} (an item schema no body in the table uses)"));
+                continue;
+            };
+            for bound in bounds(schema).into_iter().flatten() {
+                let key = format!("{field}[0]");
+                probe(body, (base, check), (field, &key), &|s| json!([s]), bound);
+                limited.push(format!("{body}.{key}"));
+            }
+            continue;
+        }
         // A limit this test does not reach (nested in a `$ref`'s target is checked
         // there; one inside `oneOf`, `allOf`, `items` or an inline object is not).
         let reached: usize = properties.map_or(0, |p| {
@@ -330,36 +387,13 @@ fn every_documented_body_limit_is_the_one_validation_enforces() {
             continue;
         };
         for (field, property) in properties {
-            let bounds = [
-                property["minLength"].as_u64().map(|m| (m, "minLength")),
-                property["maxLength"].as_u64().map(|m| (m, "maxLength")),
-            ];
-            for (bound, which) in bounds.into_iter().flatten() {
+            for bound in bounds(property).into_iter().flatten() {
                 let Some((_, base, check)) = bodies.iter().find(|(n, ..)| n == name) else {
                     unchecked.push(format!("{name}.{field}"));
                     continue;
                 };
                 limited.push(format!("{name}.{field}"));
-                let bound = bound as usize;
-                let mut at = base.clone();
-                at[field] = json!(filler(field, bound));
-                assert!(
-                    !check(at).has(field),
-                    "{name}.{field}: {bound} characters ({which}) is refused"
-                );
-                let outside = match which {
-                    "maxLength" => bound + 1,
-                    _ => match bound.checked_sub(1) {
-                        Some(below) => below,
-                        None => continue, // minLength 0 bounds nothing
-                    },
-                };
-                let mut past = base.clone();
-                past[field] = json!(filler(field, outside));
-                assert!(
-                    check(past).has(field),
-                    "{name}.{field}: {outside} characters is accepted, past its {which} {bound}"
-                );
+                probe(name, (base, check), (field, field), &|s| json!(s), bound);
             }
         }
     }
