@@ -577,7 +577,14 @@ fn deserialize_all<T: DeserializeOwned>(
             errors.add("body", plain_words(&inner));
             break;
         } else if stand_ins.contains(&top) {
-            // Our stand-in does not fit this field: try the next one.
+            // Our stand-in does not fit this field: one of the values it names (an
+            // enum's first variant: `kind`, `verdict`), else the next probe.
+            if let Some(variant) = first_variant(&inner).filter(|_| path == top) {
+                if map.get(&top) != Some(&Value::String(variant.clone())) {
+                    map.insert(top, Value::String(variant));
+                    continue;
+                }
+            }
             let next = probe_of.entry(top.clone()).or_insert(0);
             if *next >= PROBES.len() {
                 break;
@@ -734,6 +741,15 @@ fn limits_of(req: &HttpRequest) -> Limits {
         Some(state) => crate::domain::leases::limits(&state.config),
         None => crate::domain::leases::limits(&crate::config::Config::defaults()),
     }
+}
+
+/// The first value serde's "unknown variant `x`, expected one of `A`, `B`" names.
+fn first_variant(inner: &str) -> Option<String> {
+    if !inner.starts_with("unknown variant `") {
+        return None;
+    }
+    let expected = &inner[inner.find("expected ")?..];
+    between_backticks(expected, "`")
 }
 
 fn between_backticks(message: &str, prefix: &str) -> Option<String> {

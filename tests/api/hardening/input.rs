@@ -397,3 +397,68 @@ async fn a_query_parameter_given_twice_is_named_in_plain_words() {
     );
     assert!(!r.text.contains("duplicate"), "{}", r.text);
 }
+
+/// Contract section 17: a 422 lists every invalid field at once, also when an
+/// enum field (`kind`, `verdict`) is missing or not one of its values (until
+/// 2026-12-06 only that field was listed: the other fields' problems came one
+/// round later). Nothing is written.
+#[tokio::test]
+async fn a_missing_or_unknown_enum_field_is_listed_beside_the_others() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("enums").await;
+    let orbit = app.orbit(&a, "enums").await;
+    let errors_of = |r: &crate::harness::Resp| {
+        r.assert_error(422, "validation_failed");
+        let mut keys: Vec<String> = r.json["errors"]
+            .as_object()
+            .expect("errors")
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    };
+    let create = format!("/api/v1/orbits/{orbit}/contributions");
+    let r = app.post_keyed(&create, &a.token, json!({})).await;
+    assert_eq!(errors_of(&r), ["body", "kind", "title"], "{}", r.text);
+    let r = app
+        .post_keyed(&create, &a.token, json!({"kind": "FOO", "title": ""}))
+        .await;
+    assert_eq!(errors_of(&r), ["body", "kind", "title"], "{}", r.text);
+    assert!(
+        r.json["errors"]["kind"][0]
+            .as_str()
+            .is_some_and(|w| w.starts_with("must be one of")),
+        "{}",
+        r.text
+    );
+    let made = app
+        .post_keyed(
+            &create,
+            &a.token,
+            json!({"kind": "NOTE", "title": "t", "body": "b"}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.text);
+    let id = made.json["data"]["id"].as_i64().unwrap();
+    let assess = format!("/api/v1/contributions/{id}/revisions/1/assessments");
+    let r = app.post_keyed(&assess, &a.token, json!({})).await;
+    assert_eq!(errors_of(&r), ["rationale", "verdict"], "{}", r.text);
+    let r = app
+        .post(
+            &assess,
+            &a.token,
+            json!({"verdict": "MAYBE", "rationale": ""}),
+        )
+        .await;
+    assert_eq!(errors_of(&r), ["rationale", "verdict"], "{}", r.text);
+    let changes = app
+        .get(&format!("/api/v1/orbits/{orbit}/changes"), None)
+        .await;
+    assert_eq!(
+        changes.json["data"].as_array().map(Vec::len),
+        Some(2),
+        "only the orbit and the one contribution: {}",
+        changes.text
+    );
+}
