@@ -387,6 +387,14 @@ async fn an_unknown_protocol_version_is_refused_in_words() {
     let r = send("2025-06-18").await;
     assert_eq!(r.status.as_u16(), 200, "{}", r.text);
     assert!(r.json["result"]["tools"].is_array(), "{}", r.text);
+    // A revision the SDK knows but this server does not speak (it has no
+    // `initialize`, and needs headers this server does not read) is refused the
+    // same way, and the versions named are those `initialize` negotiates (until
+    // 2026-12-06 it passed, to fail in the SDK on a missing `Mcp-Method` header).
+    let r = send("2026-07-28").await;
+    assert_eq!(r.status.as_u16(), 400, "{}", r.text);
+    let m = r.json["error"]["message"].as_str().unwrap_or("");
+    assert!(m.contains("2025-11-25, not \"2026-07-28\""), "{m}");
     // A method no MCP version has: -32601 saying which methods this server answers.
     let r = raw(
         &app,

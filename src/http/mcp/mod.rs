@@ -312,9 +312,16 @@ fn carries_its_own_version(message: &rmcp::model::ClientJsonRpcMessage) -> bool 
 /// rule (a version it knows; no header is fine; a request naming its own version in
 /// `_meta` is not judged by it, `carries_its_own_version`), in words that name the
 /// versions.
+/// The MCP revisions this server speaks: the released ones with an `initialize`
+/// handshake (a later one, which drops it, would need headers this server does
+/// not read).
+fn served_versions() -> &'static [ProtocolVersion] {
+    ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
 fn unknown_protocol_version(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
     let value = headers.get("mcp-protocol-version")?;
-    let known = ProtocolVersion::KNOWN_VERSIONS;
+    let known = served_versions();
     if value
         .to_str()
         .is_ok_and(|v| known.iter().any(|k| k.as_str() == v))
@@ -442,9 +449,7 @@ impl ServerHandler for OrbitMcp {
 
     /// The released revisions with an `initialize` handshake.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(
-            &ProtocolVersion::LATEST_WITH_INITIALIZE,
-        ))
+        Cow::Borrowed(served_versions())
     }
 
     async fn list_tools(
