@@ -75,14 +75,17 @@ fn owned(
 }
 
 /// Takes the contributor's row lock (so two creates of one contributor are counted
-/// one after the other) and counts its subscriptions.
+/// one after the other) and counts its subscriptions. `FOR NO KEY UPDATE`, not `FOR
+/// UPDATE`: the write's key claim has already taken `FOR KEY SHARE` on that row (its
+/// foreign key), as have the contributor's other writes; `FOR UPDATE` conflicts with
+/// those, so two creates each holding one waited for each other (a deadlock).
 pub fn lock_and_count(conn: &mut PgConnection, contributor_id: i64) -> QueryResult<i64> {
     #[derive(QueryableByName)]
     struct N {
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
-    crate::db::sql("SELECT id FROM contributors WHERE id = $1 FOR UPDATE")
+    crate::db::sql("SELECT id FROM contributors WHERE id = $1 FOR NO KEY UPDATE")
         .bind::<BigInt, _>(contributor_id)
         .execute(conn)?;
     let n: N = crate::db::sql("SELECT count(*) AS n FROM webhooks WHERE contributor_id = $1")

@@ -569,6 +569,43 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
     );
 }
 
+/// One contributor's creations at once: exactly ten are made and the rest are 409
+/// `webhook_limit`, never a 5xx. Until 2026-12-06 the limit's lock on the
+/// contributor's row (`FOR UPDATE`) met the `FOR KEY SHARE` that each write's key
+/// claim had already taken on it (its foreign key): two such writes waited for
+/// each other, deadlocks and lock timeouts answered 503 and 500, and other
+/// clients waited for the pool.
+#[tokio::test]
+async fn one_contributors_creations_at_once_make_ten_and_no_5xx() {
+    let app = app().await;
+    let owner = app.agent("racer").await;
+    let orbit = app.orbit(&owner, "raced").await;
+    let creations = (0..24).map(|i| {
+        let (app, token) = (&app, owner.token.clone());
+        async move {
+            let body = json!({"orbit": orbit, "url": format!("http://127.0.0.1:9/hook/{i}")});
+            app.post_with_key("/api/v1/me/webhooks", &token, &format!("race-{i}"), body)
+                .await
+        }
+    });
+    let answers = futures::future::join_all(creations).await;
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status.as_u16()).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        10,
+        "{statuses:?}"
+    );
+    for r in &answers {
+        if r.status != 201 {
+            r.assert_error(409, "webhook_limit");
+        }
+    }
+    assert_eq!(
+        sql_i64(&mut app.db.conn(), "SELECT count(*) AS n FROM webhooks"),
+        10
+    );
+}
+
 #[tokio::test]
 async fn create_is_idempotent_and_a_contributor_has_at_most_ten() {
     let app = app().await;
