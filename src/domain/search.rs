@@ -20,7 +20,7 @@ use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::ts;
 use crate::store::orbits as orbit_store;
-use crate::store::search::{self as store, After, HitRow, Kind, LT, START, STOP};
+use crate::store::search::{self as store, After, HitRow, Kind, START, STOP};
 
 /// The most characters `q` may have.
 pub const MAX_Q_CHARS: usize = 256;
@@ -379,7 +379,8 @@ fn snippet(body: &str, head: &str) -> (String, Vec<[usize; 2]>) {
 }
 
 /// Removes the markers, recording where each marked word starts and ends (in
-/// code points of the text without markers), and gives each `<` back (`LT`);
+/// code points of the text without markers), and gives each character
+/// `orbit_search_text` replaced back (`store::original_of`);
 /// leading and trailing whitespace is cut off.
 pub fn unmark(marked: &str) -> (String, Vec<[usize; 2]>) {
     let mut text = String::with_capacity(marked.len());
@@ -396,12 +397,8 @@ pub fn unmark(marked: &str) -> (String, Vec<[usize; 2]>) {
                     }
                 }
             }
-            LT => {
-                text.push('<');
-                n += 1;
-            }
             _ => {
-                text.push(ch);
+                text.push(store::original_of(ch).unwrap_or(ch));
                 n += 1;
             }
         }

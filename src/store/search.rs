@@ -37,11 +37,26 @@ pub const PHRASE_CANDIDATES: i64 = 500;
 /// U+FFFD), so every marker in the output is ours.
 pub const START: char = '\u{E000}';
 pub const STOP: char = '\u{E001}';
-/// What `orbit_search_text` (migration 27) makes of a `<` in the searched text, so
-/// that PostgreSQL's parser does not drop `<...>` as a tag: a headline holds it
-/// where the text held `<` (an original U+E002 became U+FFFD), and a snippet turns
-/// it back.
-pub const LT: char = '\u{E002}';
+/// What `orbit_search_text` (migrations 27 and 28) makes of each character that
+/// PostgreSQL's parser would otherwise read into one token with its neighbours: `<`,
+/// or it drops `<...>` as a tag; `/`, `@`, `.` and `:`, or a URL, path, host name
+/// or e-mail address is one word. Each becomes a private-use character the parser
+/// separates words at (an original one became U+FFFD); a headline holds it where
+/// the text held the original, and a snippet turns it back.
+pub const SEPARATORS: [(char, char); 5] = [
+    ('\u{E002}', '<'),
+    ('\u{E003}', '/'),
+    ('\u{E004}', '@'),
+    ('\u{E005}', '.'),
+    ('\u{E006}', ':'),
+];
+
+/// The original character of a separator `orbit_search_text` put in, if `c` is one.
+pub fn original_of(c: char) -> Option<char> {
+    SEPARATORS
+        .iter()
+        .find_map(|&(stand_in, original)| (stand_in == c).then_some(original))
+}
 
 /// A searched kind. The order of the variants is the order of ties (by name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -543,7 +558,7 @@ pub fn hits(
     ids: &[(Kind, i64)],
 ) -> QueryResult<Vec<HitRow>> {
     // Text whose own markers could be taken for ours has them replaced first; `<`
-    // is read as the search column reads it (`LT`).
+    // is read as the search column reads it (`SEPARATORS`).
     let clean = |col: &str| {
         format!("translate(orbit_search_text({col}), E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')")
     };

@@ -511,6 +511,54 @@ async fn text_between_angle_brackets_is_searched_and_shown() {
     );
 }
 
+/// The words of a URL, a path, a host name and an e-mail address are searched, a
+/// URL typed as stored finds it unquoted too, and the snippet shows each as stored.
+/// PostgreSQL's parser read each as one token (until 2026-12-06: `glorpfile`,
+/// `wibblebot` and `Frobnitz` found nothing, nor did the URL unless quoted).
+#[tokio::test]
+async fn words_inside_urls_paths_and_addresses_are_searched_and_shown() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "urls", 0).await;
+    let body = "See https://example.com/snarfpath?x=1 and /usr/lib/glorpfile.so, mail \
+                wibblebot@example.org, close </Frobnitz> at 10:45.";
+    let id = contribution(&app, &c.owner, c.orbit, "Link notes", body).await;
+    for q in [
+        "snarfpath",
+        "https://example.com/snarfpath?x=1",
+        "\"https://example.com/snarfpath?x=1\"",
+        "example.com/snarfpath",
+        "glorpfile",
+        "glorpfile.so",
+        "/usr/lib/glorpfile.so",
+        "wibblebot",
+        "wibblebot@example.org",
+        "Frobnitz",
+    ] {
+        let found = hits(&search(&app, &[("q", q), ("orbit", "urls")]).await);
+        assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), id)], "{q}");
+        let snippet = found[0]["snippet"].as_str().unwrap();
+        assert!(
+            body.contains(snippet),
+            "{q}: cut from the body as stored: {snippet:?}"
+        );
+    }
+    let found = hits(&search(&app, &[("q", "glorpfile")]).await);
+    assert_eq!(matched_words(&found[0]), ["glorpfile"], "{found:?}");
+    // A text's own stand-ins are never shown as what they stand for.
+    let odd = contribution(
+        &app,
+        &c.owner,
+        c.orbit,
+        "Odd",
+        "okapi \u{E003}\u{E005} tapir",
+    )
+    .await;
+    let found = hits(&search(&app, &[("q", "okapi")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), odd)]);
+    let snippet = found[0]["snippet"].as_str().unwrap();
+    assert_eq!(snippet, "okapi \u{FFFD}\u{FFFD} tapir");
+}
+
 #[tokio::test]
 async fn hostile_queries_are_answered_never_5xx() {
     let app = TestApp::spawn().await;
