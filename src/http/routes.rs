@@ -1,9 +1,10 @@
 //! The route table and the OpenAPI root. Every handler is registered through
 //! `utoipa-actix-web`, so a route cannot exist without its entry in the document.
 
-use actix_web::dev::{ResourceDef, ServiceResponse};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ResourceDef, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
+use actix_web::middleware::{from_fn, ErrorHandlerResponse, ErrorHandlers, Next};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::OpenApi;
@@ -63,6 +64,7 @@ pub fn configure(cfg: &mut ServiceConfig) {
         .service(crate::http::api::system::metrics)
         .service(
             scope("/api/v1")
+                .wrap(from_fn(no_stray_query))
                 // The agent loop's writes first: actix tries a scope's routes in order,
                 // matching each path with parameters by a regex, so the most frequent
                 // requests are found soonest. No two routes take the same method and
@@ -203,8 +205,8 @@ pub struct KnownRoutes(std::sync::Arc<Vec<KnownRoute>>);
 struct KnownRoute {
     def: ResourceDef,
     methods: Vec<String>,
-    /// Documented query parameters.
-    query: Vec<String>,
+    /// Documented query parameters, each with the method of its operation.
+    query: Vec<(String, String)>,
     /// The methods whose operations need a token.
     token_methods: Vec<String>,
 }
@@ -227,10 +229,13 @@ impl KnownRoutes {
                 .collect();
             let query = operations
                 .iter()
-                .filter_map(|(_, op)| op.get("parameters")?.as_array())
+                .filter_map(|(method, op)| {
+                    let params = op.get("parameters")?.as_array()?;
+                    Some(params.iter().map(|p| (method.to_ascii_uppercase(), p)))
+                })
                 .flatten()
-                .filter(|p| p.get("in").and_then(|i| i.as_str()) == Some("query"))
-                .filter_map(|p| Some(p.get("name")?.as_str()?.to_owned()))
+                .filter(|(_, p)| p.get("in").and_then(|i| i.as_str()) == Some("query"))
+                .filter_map(|(method, p)| Some((method, p.get("name")?.as_str()?.to_owned())))
                 .collect();
             // `security` without an empty alternative (`{}`): a token is needed.
             let token_methods = operations
@@ -257,13 +262,22 @@ impl KnownRoutes {
         KnownRoutes(std::sync::Arc::new(routes))
     }
 
-    /// The query parameters documented for `path`.
-    fn query_params(&self, path: &str) -> Vec<String> {
+    /// The query parameters documented for `method` on `path` (HEAD's are GET's).
+    fn query_params(&self, path: &str, method: &str) -> Vec<String> {
+        let method = if method == "HEAD" { "GET" } else { method };
         self.0
             .iter()
             .filter(|r| r.def.is_match(path))
-            .flat_map(|r| r.query.iter().cloned())
+            .flat_map(|r| r.query.iter())
+            .filter(|(m, _)| m == method)
+            .map(|(_, name)| name.clone())
             .collect()
+    }
+
+    /// Whether a documented operation serves `method` on `path` (HEAD where GET).
+    fn serves(&self, path: &str, method: &str) -> bool {
+        self.allowed(path)
+            .is_some_and(|allowed| allowed.iter().any(|m| m == method))
     }
 
     fn token_required(&self, path: &str, method: &str) -> bool {
@@ -357,8 +371,36 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
 /// made up (`?box=all` once gave `errors.all`).
 pub fn documented_query(req: &HttpRequest) -> Vec<String> {
     req.app_data::<web::Data<KnownRoutes>>()
-        .map(|k| k.query_params(req.path()))
+        .map(|k| k.query_params(req.path(), req.method().as_str()))
         .unwrap_or_default()
+}
+
+/// A query parameter on a route that documents none is refused as `params::Query`
+/// refuses one a route does not take: 422 `validation_failed` under `query`, after
+/// the contract's 401 (`params::unauthorized_first`). Such routes have no `Query`
+/// extractor, and until 2026-12-06 ignored it (`GET /me?bogus=1` was 200), while
+/// routes with parameters refused it. A path no route matches is left to the
+/// fallback's 404, and a method it does not serve to its 405.
+async fn no_stray_query(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let stray = url::form_urlencoded::parse(req.query_string().as_bytes())
+        .next()
+        .is_some()
+        && req.app_data::<web::Data<KnownRoutes>>().is_some_and(|k| {
+            let (path, method) = (req.path(), req.method().as_str());
+            k.serves(path, method) && k.query_params(path, method).is_empty()
+        });
+    if !stray {
+        return Ok(next.call(req).await?.map_into_left_body());
+    }
+    let mut errors = crate::error::FieldErrors::default();
+    errors.add("query", "is not a parameter of this route");
+    let refused = crate::http::params::unauthorized_first(req.request(), errors.into_error()).await;
+    Ok(req
+        .into_response(refused.to_response())
+        .map_into_right_body())
 }
 
 /// Whether the route `req` is for needs a token (its operation's `security` offers

@@ -462,3 +462,63 @@ async fn a_missing_or_unknown_enum_field_is_listed_beside_the_others() {
         changes.text
     );
 }
+
+/// A route that takes no query parameters refuses one as a route with parameters
+/// refuses one it does not take (until 2026-12-06 it was ignored: `GET
+/// /me?bogus=1` was 200), after the contract's 401; a write so refused writes
+/// nothing.
+#[tokio::test]
+async fn a_query_parameter_on_a_route_that_takes_none_is_422() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("stray").await;
+    let orbit = app.orbit(&a, "stray").await;
+    for path in [
+        "/api/v1/me?bogus=1".to_owned(),
+        format!("/api/v1/orbits/{orbit}?limit=5"),
+        "/api/v1/me/webhooks/1/deliveries?limit=0".to_owned(),
+    ] {
+        let r = app.get(&path, Some(&a.token)).await;
+        r.assert_error(422, "validation_failed");
+        assert_eq!(
+            r.json["errors"],
+            json!({"query": ["is not a parameter of this route"]}),
+            "{path}: {}",
+            r.text
+        );
+    }
+    // 401 first, on a route that needs a token; a public read is judged as is.
+    app.get("/api/v1/me?bogus=1", None)
+        .await
+        .assert_error(401, "unauthorized");
+    app.get(&format!("/api/v1/orbits/{orbit}?x=1"), None)
+        .await
+        .assert_error(422, "validation_failed");
+    // A method the path does not serve is still its 405.
+    let r = app
+        .send_raw(
+            reqwest::Method::DELETE,
+            "/api/v1/me?bogus=1",
+            Some(&a.token),
+            &[],
+            None,
+        )
+        .await;
+    r.assert_error(405, "method_not_allowed");
+    // No parameter at all is no problem, nor is an empty query string.
+    for path in ["/api/v1/me", "/api/v1/me?"] {
+        let r = app.get(path, Some(&a.token)).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+    }
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/tasks?title=x"),
+            &a.token,
+            json!({"title": "stray"}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let tasks = app
+        .get(&format!("/api/v1/orbits/{orbit}/tasks"), None)
+        .await;
+    assert_eq!(tasks.json["data"], json!([]), "{}", tasks.text);
+}
