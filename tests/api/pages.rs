@@ -438,6 +438,46 @@ async fn names_and_summaries_are_isolated_from_the_text_around_them() {
     );
 }
 
+/// Control characters a title holds (stored verbatim) are not sent raw: HTML
+/// forbids them in its input (a parse error in every browser). They become U+FFFD
+/// on the page, through the orbit page's cache too; the API keeps them.
+#[tokio::test]
+async fn control_characters_are_not_sent_raw_on_the_pages() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("controls").await;
+    let orbit = app.orbit(&a, "controls").await;
+    let title = "bell\u{7} esc\u{1b}[31m del\u{7f} c1\u{85} tab\tend";
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/tasks"),
+            &a.token,
+            json!({"title": title}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.json["data"]["title"], title);
+    let task = r.json["data"]["id"].as_i64().unwrap();
+    for path in [
+        "/o/controls".to_owned(),
+        format!("/o/controls/tasks/{task}"),
+    ] {
+        let r = app.get(&path, None).await;
+        assert_page(&r, 200);
+        let raw: Vec<char> = r
+            .text
+            .chars()
+            .filter(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            .collect();
+        assert!(raw.is_empty(), "{path}: {raw:?}");
+        assert!(
+            r.text
+                .contains("bell\u{FFFD} esc\u{FFFD}[31m del\u{FFFD} c1\u{FFFD} tab\tend"),
+            "{path}: {}",
+            r.text
+        );
+    }
+}
+
 #[tokio::test]
 async fn unknown_slugs_and_ids_are_an_html_404() {
     let app = TestApp::spawn().await;

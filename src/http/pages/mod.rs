@@ -162,7 +162,20 @@ pub fn html_bytes(body: actix_web::web::Bytes) -> HttpResponse {
 }
 
 fn html_response(status: StatusCode, markup: Markup) -> HttpResponse {
-    html_body(status, markup.into_string())
+    html_body(status, html_text(markup))
+}
+
+/// A page's markup as the text sent: maud escapes markup, and the control
+/// characters a text may hold (stored verbatim; U+0001, U+001B, DEL, C1), which
+/// HTML forbids in its input, become U+FFFD. Tab, line feed and carriage return
+/// stay. No template writes a control character of its own.
+pub fn html_text(markup: Markup) -> String {
+    let html = markup.into_string();
+    let forbidden = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\r');
+    if !html.contains(forbidden) {
+        return html;
+    }
+    html.replace(forbidden, "\u{FFFD}")
 }
 
 fn html_body(

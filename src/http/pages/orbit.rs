@@ -62,7 +62,7 @@ async fn orbit_cached(state: State, slug: String) -> Result<Bytes, super::PageEr
         };
         Ok((view, stamp))
     };
-    let render = |view: OrbitView| Ok(Bytes::from(orbit_markup(&view).into_string()));
+    let render = |view: OrbitView| Ok(Bytes::from(super::html_text(orbit_markup(&view))));
     let body = crate::domain::write::cached_page(
         &state,
         None,
