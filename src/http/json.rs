@@ -119,9 +119,124 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
         if let Err(bad) = exact_numbers(bytes) {
             return Err(bad.into_error());
         }
+        if let Err(twice) = unique_keys(bytes) {
+            return Err(twice.into_error());
+        }
         value
     };
     parse_value(value, limits)
+}
+
+/// A key given twice in one object of a body. JSON leaves such a text's meaning
+/// open (RFC 8259: names SHOULD be unique) and serde_json keeps the last value, so
+/// a proxy that kept the first would read another request than we do: refused.
+#[derive(Debug)]
+pub struct DuplicateKey {
+    /// The object keys leading to it, from the top (array positions left out), the
+    /// repeated key last.
+    pub keys: Vec<String>,
+}
+
+impl DuplicateKey {
+    /// 422 `validation_failed` naming the field at `depth` of the keys (0: the
+    /// body's own field), as [`InexactNumber::into_error_at`] does.
+    pub fn into_error_at(self, depth: usize) -> ApiError {
+        let field = self
+            .keys
+            .get(depth)
+            .cloned()
+            .unwrap_or_else(|| "body".to_owned());
+        let key = self.keys.last().cloned().unwrap_or_default();
+        ApiError::field(
+            &field,
+            format!("the key {key:?} is given more than once in one object: give each key once"),
+        )
+    }
+
+    pub fn into_error(self) -> ApiError {
+        self.into_error_at(0)
+    }
+}
+
+/// The first key given twice in one object of a JSON text (already known to be
+/// valid JSON), if any.
+pub fn unique_keys(bytes: &[u8]) -> Result<(), DuplicateKey> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    struct Walk<'a> {
+        path: &'a mut Vec<String>,
+        found: &'a mut Option<Vec<String>>,
+    }
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq
+                .next_element_seed(Walk {
+                    path: &mut *self.path,
+                    found: &mut *self.found,
+                })?
+                .is_some()
+            {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if !seen.insert(key.clone()) && self.found.is_none() {
+                    let mut at = self.path.clone();
+                    at.push(key.clone());
+                    *self.found = Some(at);
+                }
+                self.path.push(key);
+                map.next_value_seed(Walk {
+                    path: &mut *self.path,
+                    found: &mut *self.found,
+                })?;
+                self.path.pop();
+            }
+            Ok(())
+        }
+    }
+
+    let (mut path, mut found) = (Vec::new(), None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    // Not JSON (or past serde_json's depth): the caller's parse says so.
+    let _ = Walk {
+        path: &mut path,
+        found: &mut found,
+    }
+    .deserialize(&mut de);
+    match found {
+        Some(keys) => Err(DuplicateKey { keys }),
+        None => Ok(()),
+    }
 }
 
 /// A number in a body that an IEEE 754 double does not hold exactly.

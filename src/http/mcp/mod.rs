@@ -268,10 +268,7 @@ async fn check_message(
                 Some(jsonrpc_error(200, id, -32602, &why, None))
             } else if let Some(why) = message.as_ref().ok().and_then(unknown_method) {
                 Some(jsonrpc_error(200, id, -32601, &why, None))
-            } else if let Err(bad) = crate::http::json::exact_numbers(&bytes) {
-                // Named like a REST field: a tool's argument (`params.arguments.X`).
-                let in_arguments = bad.keys.get(1).is_some_and(|k| k == "arguments");
-                let err = bad.into_error_at(if in_arguments { 2 } else { 0 });
+            } else if let Some(err) = unfit_json(&bytes) {
                 Some(
                     if value.get("method").and_then(Value::as_str) == Some("tools/call") {
                         // A tool's invalid input is a tool refusal, as for every other 422.
@@ -379,6 +376,28 @@ fn misfit_params(message: &rmcp::model::ClientJsonRpcMessage) -> Option<String> 
         }
         _ => None,
     }
+}
+
+/// A message whose JSON a body would be refused for: a number a double does not
+/// hold, or a key given twice in one object. Named like a REST field where it is a
+/// tool's argument (`params.arguments.X`).
+fn unfit_json(bytes: &[u8]) -> Option<ApiError> {
+    let depth = |keys: &[String]| {
+        if keys.get(1).is_some_and(|k| k == "arguments") {
+            2
+        } else {
+            0
+        }
+    };
+    if let Err(bad) = crate::http::json::exact_numbers(bytes) {
+        let at = depth(&bad.keys);
+        return Some(bad.into_error_at(at));
+    }
+    if let Err(twice) = crate::http::json::unique_keys(bytes) {
+        let at = depth(&twice.keys);
+        return Some(twice.into_error_at(at));
+    }
+    None
 }
 
 /// What is wrong with a `tools/call`'s params, in plain words (serde's would name

@@ -522,3 +522,83 @@ async fn a_query_parameter_on_a_route_that_takes_none_is_422() {
         .await;
     assert_eq!(tasks.json["data"], json!([]), "{}", tasks.text);
 }
+
+/// A key given twice in one object of a body is refused (422 on the body's field
+/// it is in), over REST and in an MCP tool's arguments: JSON leaves its meaning
+/// open, and until 2026-12-06 the last value won silently (a webhook was made on
+/// the second `orbit` named). Nothing is written.
+#[tokio::test]
+async fn a_key_given_twice_in_a_body_is_refused() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("twice-keys").await;
+    let json_headers = [
+        ("content-type", "application/json"),
+        ("idempotency-key", "k1"),
+    ];
+    let r = app
+        .post_raw(
+            "/api/v1/orbits",
+            Some(&a.token),
+            &json_headers,
+            br#"{"slug": "first-one", "name": "n", "slug": "second-one"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert_eq!(r.json["code"], "validation_failed", "{}", r.text);
+    let why = r.json["errors"]["slug"][0].as_str().unwrap_or_default();
+    assert!(
+        why.contains("\"slug\" is given more than once"),
+        "{}",
+        r.text
+    );
+    // Inside a field's content: named by the field.
+    let orbit = app.orbit(&a, "twice-keys").await;
+    let task = app
+        .post_keyed(
+            &format!("/api/v1/orbits/{orbit}/tasks"),
+            &a.token,
+            json!({"title": "t"}),
+        )
+        .await;
+    let task = task.json["data"]["id"].as_i64().unwrap();
+    let lease = app
+        .post_keyed(&format!("/api/v1/tasks/{task}/leases"), &a.token, json!({}))
+        .await;
+    assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.text);
+    let r = app
+        .post_raw(
+            &format!("/api/v1/tasks/{task}/checkpoints"),
+            Some(&a.token),
+            &json_headers,
+            br#"{"lease_version": 1, "summary": "s", "state": {"a": 1, "a": 2}}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.json["errors"]["state"].is_array(), "{}", r.text);
+    // A tool's arguments: the tool's 422 refusal.
+    let call = br#"{"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "get_orbit", "arguments": {"orbit": "x", "orbit": "twice-keys"}}}"#;
+    let r = app
+        .post_raw(
+            "/mcp",
+            Some(&a.token),
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+            ],
+            call.to_vec(),
+        )
+        .await;
+    assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
+    let refused = &r.json["result"]["structuredContent"];
+    assert_eq!(refused["status"], 422, "{}", r.text);
+    assert!(refused["errors"]["orbit"].is_array(), "{}", r.text);
+    // Nothing was written: the orbit list holds only the one made above, and the
+    // task has no checkpoint.
+    let orbits = app.get("/api/v1/orbits", None).await;
+    assert_eq!(orbits.json["data"].as_array().map(Vec::len), Some(1));
+    let checkpoints = app
+        .get(&format!("/api/v1/tasks/{task}/checkpoints"), None)
+        .await;
+    assert_eq!(checkpoints.json["data"], json!([]), "{}", checkpoints.text);
+}
