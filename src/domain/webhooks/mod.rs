@@ -95,7 +95,13 @@ impl crate::model::Validate for CreateWebhook {
             if kinds.len() > MAX_KINDS {
                 e.add("kinds", format!("at most {MAX_KINDS} patterns"));
             }
-            for k in kinds {
+            for (i, k) in kinds.iter().enumerate() {
+                if kinds[..i].contains(k) {
+                    e.add(
+                        "kinds",
+                        format!("{k:?} is given more than once: give it once"),
+                    );
+                }
                 if !valid_pattern(k) {
                     e.add(
                         "kinds",

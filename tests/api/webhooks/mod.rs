@@ -462,6 +462,7 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
         json!({"orbit": orbit, "url": format!("https://example.com/{}", "a".repeat(2000))}),
         json!({"orbit": orbit, "url": "https://example.com/", "kinds": []}),
         json!({"orbit": orbit, "url": "https://example.com/", "kinds": ["*"]}),
+        json!({"orbit": orbit, "url": "https://example.com/", "kinds": ["task.*", "task.*"]}),
         json!({"orbit": orbit, "url": "https://user:pw@example.com/"}),
         json!({"orbit": orbit, "url": "https://example.com/", "extra": 1}),
         json!({"url": "https://example.com/"}),
