@@ -141,14 +141,9 @@ impl DuplicateKey {
     /// 422 `validation_failed` naming the field at `depth` of the keys (0: the
     /// body's own field), as [`InexactNumber::into_error_at`] does.
     pub fn into_error_at(self, depth: usize) -> ApiError {
-        let field = self
-            .keys
-            .get(depth)
-            .cloned()
-            .unwrap_or_else(|| "body".to_owned());
         let key = self.keys.last().cloned().unwrap_or_default();
         ApiError::field(
-            &field,
+            &field_at(&self.keys, depth),
             format!("the key {key:?} is given more than once in one object: give each key once"),
         )
     }
@@ -239,6 +234,14 @@ pub fn unique_keys(bytes: &[u8]) -> Result<(), DuplicateKey> {
     }
 }
 
+/// The field a problem found at `keys` (the object keys leading to it) is filed
+/// under: the key at `depth` (0: the body's own field), else `body`.
+fn field_at(keys: &[String], depth: usize) -> String {
+    keys.get(depth)
+        .cloned()
+        .unwrap_or_else(|| "body".to_owned())
+}
+
 /// A number in a body that an IEEE 754 double does not hold exactly.
 #[derive(Debug)]
 pub struct InexactNumber {
@@ -263,12 +266,7 @@ impl InexactNumber {
     /// body's own field). Only that name is reported: keys below it, inside `state`
     /// say, are content, not schema.
     pub fn into_error_at(self, depth: usize) -> ApiError {
-        let field = self
-            .keys
-            .get(depth)
-            .cloned()
-            .unwrap_or_else(|| "body".to_owned());
-        ApiError::field(&field, self.message())
+        ApiError::field(&field_at(&self.keys, depth), self.message())
     }
 
     /// [`InexactNumber::into_error_at`] for a request body.
@@ -535,7 +533,7 @@ pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(
             // Not echoed: the name is the client's. Unknown says all there is to say
             // of it, given twice or not.
             problems.retain(|(p, _)| *p != name);
-            problems.push((name.clone(), "is not a parameter of this route".to_owned()));
+            problems.push((name.clone(), NOT_A_PARAMETER.to_owned()));
             let before = pairs.len();
             pairs.retain(|(k, _)| *k != name);
             if pairs.len() == before {
@@ -558,6 +556,9 @@ pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(
     }
     (None, problems)
 }
+
+/// The words on a query parameter the route does not take.
+pub const NOT_A_PARAMETER: &str = "is not a parameter of this route";
 
 /// The words on a query parameter given more than once.
 const GIVEN_TWICE: &str = "is given more than once: give it once";

@@ -396,7 +396,7 @@ async fn no_stray_query(
         return Ok(next.call(req).await?.map_into_left_body());
     }
     let mut errors = crate::error::FieldErrors::default();
-    errors.add("query", "is not a parameter of this route");
+    errors.add("query", crate::http::json::NOT_A_PARAMETER);
     let refused = crate::http::params::unauthorized_first(req.request(), errors.into_error()).await;
     Ok(req
         .into_response(refused.to_response())
