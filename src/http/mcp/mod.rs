@@ -305,10 +305,6 @@ fn carries_its_own_version(message: &rmcp::model::ClientJsonRpcMessage) -> bool 
     }
 }
 
-/// Why the request's `MCP-Protocol-Version` header is refused, if it is: the SDK's
-/// rule (a version it knows; no header is fine; a request naming its own version in
-/// `_meta` is not judged by it, `carries_its_own_version`), in words that name the
-/// versions.
 /// The MCP revisions this server speaks: the released ones with an `initialize`
 /// handshake (a later one, which drops it, would need headers this server does
 /// not read).
@@ -316,6 +312,10 @@ fn served_versions() -> &'static [ProtocolVersion] {
     ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
 }
 
+/// Why the request's `MCP-Protocol-Version` header is refused, if it is: one this
+/// server does not speak (`served_versions`; no header is fine; a request naming
+/// its own version in `_meta` is not judged by it, `carries_its_own_version`), in
+/// words that name the versions.
 fn unknown_protocol_version(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
     let value = headers.get("mcp-protocol-version")?;
     let known = served_versions();
