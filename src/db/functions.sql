@@ -4,8 +4,8 @@
 -- that restates the function (and a down.sql that restates the old one). A
 -- migration still creates what holds data (tables, indexes, types such as
 -- `quick_effect`), and so does a function that a stored column or an index is
--- built from (`orbit_search_tags`, migration 8, and `orbit_search_text`, migration
--- 27: the column needs it to exist, and
+-- built from (`orbit_search_tags`, migration 8, and `orbit_search_text`,
+-- migrations 27 and 28: the column needs it to exist, and
 -- replacing it would not recompute the rows); a function whose arguments or result
 -- type change needs a `DROP FUNCTION IF EXISTS` of the old signature just above
 -- its new definition.
@@ -797,8 +797,9 @@ END $$;
 -- (`websearch_to_tsquery`), or, where PostgreSQL's parser of that syntax fails (more
 -- than 32 operators in a row, `- - - ...`: "tsquery stack too small", an internal
 -- error), its plain words (`plainto_tsquery`). No query syntax is ever an error.
--- The query is read as the searched text is (`orbit_search_text`, migration 27:
--- `<` is a separator, never the start of a tag whose words are dropped).
+-- The query is read as the searched text is (`orbit_search_text`, migrations 27
+-- and 28: `<`, `/`, `@`, `.` and `:` are separators, so no tag's words are
+-- dropped and a URL, path or address is its words).
 CREATE OR REPLACE FUNCTION search_tsquery(p_q text) RETURNS tsquery
 LANGUAGE plpgsql STABLE AS $$
 BEGIN

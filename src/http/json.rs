@@ -11,7 +11,8 @@
 //! significant digits than a double keeps, an overflow or underflow) is refused
 //! with 422, so every accepted number is stored and returned as the value sent. An
 //! integral number (`1643.0`) counts as an integer wherever one is expected, as in
-//! JSON Schema (issue 26, findings 2 and 10).
+//! JSON Schema (issue 26, findings 2 and 10). A key given twice in one object is
+//! refused with 422 too ([`unique_keys`]): JSON leaves its meaning open.
 //!
 //! [`parse_query`] reads a query string and, like a body, reports every bad
 //! parameter at once in plain words (contract section 17); `params::Query` is its
@@ -141,7 +142,11 @@ impl DuplicateKey {
     /// 422 `validation_failed` naming the field at `depth` of the keys (0: the
     /// body's own field), as [`InexactNumber::into_error_at`] does.
     pub fn into_error_at(self, depth: usize) -> ApiError {
-        let key = self.keys.last().cloned().unwrap_or_default();
+        let key: String = self
+            .keys
+            .last()
+            .map(|k| k.chars().take(40).collect())
+            .unwrap_or_default();
         ApiError::field(
             &field_at(&self.keys, depth),
             format!("the key {key:?} is given more than once in one object: give each key once"),
@@ -561,7 +566,7 @@ pub fn parse_query_partly<T: DeserializeOwned>(query: &str) -> (Option<T>, Vec<(
 pub const NOT_A_PARAMETER: &str = "is not a parameter of this route";
 
 /// The words on a query parameter given more than once.
-const GIVEN_TWICE: &str = "is given more than once: give it once";
+pub const GIVEN_TWICE: &str = "is given more than once: give it once";
 
 /// [`plain_words`] for a query value, which also turns the standard library's parse
 /// errors (`invalid digit found in string`) into what the value must be.

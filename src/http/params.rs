@@ -19,7 +19,7 @@ use tokio::sync::OnceCell;
 use crate::domain::auth::Bearer;
 use crate::domain::write::public_read;
 use crate::error::{ApiError, FieldErrors};
-use crate::http::json::parse_query_partly;
+use crate::http::json::{parse_query_partly, GIVEN_TWICE};
 use crate::http::state::AppState;
 use crate::model::Validate;
 
@@ -144,11 +144,15 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for Query<T> {
             let (parsed, mut problems) = parse_query_partly::<T>(req.query_string());
             if let Some(parsed) = &parsed {
                 // The values that parsed are judged too; a parameter with a problem
-                // already (or a stand-in) is not judged again.
+                // of its value already (or a stand-in) is not judged again. One given
+                // twice is: its first value is the one parsed.
                 let mut judged = FieldErrors::default();
                 parsed.validate(&mut judged);
                 for (field, words) in judged.into_inner() {
-                    if !problems.iter().any(|(p, _)| *p == field) {
+                    if !problems
+                        .iter()
+                        .any(|(p, w)| *p == field && w != GIVEN_TWICE)
+                    {
                         problems.extend(words.into_iter().map(|w| (field.clone(), w)));
                     }
                 }

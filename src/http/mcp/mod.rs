@@ -16,8 +16,9 @@
 //! `check_message` reads the body once: text that is not JSON gets the JSON-RPC
 //! parse error (-32700), JSON that is not a JSON-RPC message the invalid-request
 //! error (-32600), both HTTP 400 as the transport specification asks; a message
-//! with a number a double does not hold exactly is refused as every body is
-//! (`json::exact_numbers`, issue 26).
+//! with a number a double does not hold exactly, or a key given twice in one
+//! object, is refused as every body is (`unfit_json`: `json::exact_numbers`, issue
+//! 26, and `json::unique_keys`).
 //!
 //! Every tool calls the same domain functions as the REST handlers, through
 //! `domain::write::run` for writes: one transaction, the same fence, the same revision
@@ -512,18 +513,20 @@ pub struct Done {
     pub replayed: bool,
 }
 
-/// What a lease code's refusal says over MCP: the fact only, never how the fence
-/// could be lifted (the REST words for `lease_expired` mention acquiring again, those
-/// for `handed_off` withdrawing). `None` for a code that keeps its own words
-/// (`task_closed`: about the task, which names no way around it).
+/// What a `stop_and_report` refusal says over MCP: the fact only, never how the
+/// fence could be lifted (the REST words for `lease_expired` mention acquiring
+/// again, those for `handed_off` withdrawing). `None` for `task_closed`, which keeps
+/// its own words (about the task, they name no way around it); a code without words
+/// of its own here gets the neutral ones.
 fn stop_message(code: &str) -> Option<&'static str> {
     Some(match code {
+        "task_closed" => return None,
         "stale_lease_version" => "This lease version is no longer the task's current one",
         "lease_not_held" => "This lease is not yours",
         "lease_released" => "This lease was released",
         "lease_expired" => "This lease has expired",
         "handed_off" => "You handed this task off and the handoff is pending",
-        _ => return None,
+        _ => "Your lease no longer lets you work on this task",
     })
 }
 
@@ -616,6 +619,23 @@ mod tests {
         let read = text(&refusal(&limited, false));
         assert!(read.ends_with("(after 2 s)."), "{read}");
         assert!(catalogue::takes_key("acquire_lease"));
+    }
+
+    /// Every `stop_and_report` code but `task_closed` has words of its own over MCP,
+    /// none of which names a way around the fence.
+    #[test]
+    fn every_stop_code_has_its_own_fact() {
+        let stops = crate::error::CODES
+            .iter()
+            .filter(|c| c.recover == "stop_and_report" && c.code != "task_closed");
+        for c in stops {
+            let fact = stop_message(c.code).expect("words");
+            assert_ne!(fact, stop_message("no_such_code").unwrap(), "{}", c.code);
+            for lifting in ["withdraw", "release it", "acquire", "accept", "renew"] {
+                assert!(!fact.to_lowercase().contains(lifting), "{}: {fact}", c.code);
+            }
+        }
+        assert_eq!(stop_message("task_closed"), None);
         for name in ["read_changes", "check_fence", "no_such_tool"] {
             assert!(!catalogue::takes_key(name), "{name}");
         }

@@ -167,11 +167,12 @@ fn html_response(status: StatusCode, markup: Markup) -> HttpResponse {
 
 /// A page's markup as the text sent: maud escapes markup, and the control
 /// characters a text may hold (stored verbatim; U+0001, U+001B, DEL, C1), which
-/// HTML forbids in its input, become U+FFFD. Tab, line feed and carriage return
-/// stay. No template writes a control character of its own.
+/// HTML forbids in its input, become U+FFFD. HTML's whitespace (tab, line feed,
+/// form feed, carriage return) stays. No template writes a control character of
+/// its own.
 pub fn html_text(markup: Markup) -> String {
     let html = markup.into_string();
-    let forbidden = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\r');
+    let forbidden = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\u{c}' | '\r');
     if !html.contains(forbidden) {
         return html;
     }

@@ -385,6 +385,21 @@ async fn a_query_parameter_given_twice_is_named_in_plain_words() {
         "{}",
         r.text
     );
+    // The first value's range is judged too.
+    let r = app
+        .get("/api/v1/orbits?limit=0&limit=0", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    let words = r.json["errors"]["limit"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(words.len(), 2, "{}", r.text);
+    assert_eq!(
+        words[0], "is given more than once: give it once",
+        "{}",
+        r.text
+    );
     let r = app
         .get("/api/v1/orbits?made_up_zz=1&made_up_zz=2", Some(&a.token))
         .await;

@@ -473,6 +473,38 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
             .await;
         assert_eq!(r.status, 422, "{body}: {}", r.text);
     }
+    // Past the most patterns the count is the one problem (the entries are not
+    // each judged: a body can hold tens of thousands), and a pattern given three
+    // times is named once.
+    let many = vec!["task.*"; 20_000];
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": "https://example.com/", "kinds": many}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["kinds"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        r.text
+    );
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": "https://example.com/",
+                   "kinds": ["task.*", "task.*", "task.*"]}),
+        )
+        .await;
+    assert_eq!(
+        r.json["errors"]["kinds"],
+        json!(["\"task.*\" is given more than once: give it once"]),
+        "{}",
+        r.text
+    );
     // A URL parser drops tabs and line breaks and trims spaces: such a URL would be
     // stored and shown as sent, and delivered elsewhere (`/ws\r\npath` to `/wspath`).
     for url in [
