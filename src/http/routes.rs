@@ -196,7 +196,9 @@ fn mark_optional_bodies(doc: &mut OpenApi) {
     }
 }
 
-/// Path templates with their methods, used to tell 405 from 404, their documented
+/// Path templates with their methods, matched against the path as actix routes it
+/// (`match_info().as_str()`: `/api/v1/m%65` is `/me`), used to tell 405 from 404,
+/// their documented
 /// query parameters per method, used to name a query error's field and to refuse a
 /// query where none is taken ([`no_stray_query`]), and which methods need a token,
 /// used to put a 401 before a parameter's 422 (`params`).
@@ -317,7 +319,7 @@ pub async fn fallback(req: HttpRequest) -> HttpResponse {
         return crate::http::pages::not_found().await;
     }
     let known = req.app_data::<web::Data<KnownRoutes>>().cloned();
-    if let Some(allowed) = known.and_then(|k| k.allowed(req.path())) {
+    if let Some(allowed) = known.and_then(|k| k.allowed(req.match_info().as_str())) {
         let mut resp =
             ApiError::from_status(actix_web::http::StatusCode::METHOD_NOT_ALLOWED).to_response();
         if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
@@ -372,7 +374,7 @@ pub fn envelope_errors<B: 'static>() -> ErrorHandlers<B> {
 /// made up (`?box=all` once gave `errors.all`).
 pub fn documented_query(req: &HttpRequest) -> Vec<String> {
     req.app_data::<web::Data<KnownRoutes>>()
-        .map(|k| k.query_params(req.path(), req.method().as_str()))
+        .map(|k| k.query_params(req.match_info().as_str(), req.method().as_str()))
         .unwrap_or_default()
 }
 
@@ -390,7 +392,7 @@ async fn no_stray_query(
         .next()
         .is_some()
         && req.app_data::<web::Data<KnownRoutes>>().is_some_and(|k| {
-            let (path, method) = (req.path(), req.method().as_str());
+            let (path, method) = (req.match_info().as_str(), req.method().as_str());
             k.serves(path, method) && k.query_params(path, method).is_empty()
         });
     if !stray {
@@ -409,7 +411,7 @@ async fn no_stray_query(
 /// (`params::unauthorized_first`).
 pub fn token_required(req: &HttpRequest) -> bool {
     req.app_data::<web::Data<KnownRoutes>>()
-        .is_some_and(|k| k.token_required(req.path(), req.method().as_str()))
+        .is_some_and(|k| k.token_required(req.match_info().as_str(), req.method().as_str()))
 }
 
 /// What `params` asks of the route table.

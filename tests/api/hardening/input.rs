@@ -501,6 +501,9 @@ async fn a_query_parameter_on_a_route_that_takes_none_is_422() {
             r.text
         );
     }
+    // The path as actix routes it: `m%65` is `me`.
+    let r = app.get("/api/v1/m%65?bogus=1", Some(&a.token)).await;
+    r.assert_error(422, "validation_failed");
     // 401 first, on a route that needs a token; a public read is judged as is.
     app.get("/api/v1/me?bogus=1", None)
         .await
