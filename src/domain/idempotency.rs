@@ -41,6 +41,14 @@ pub enum KeyRule {
     Ignored,
 }
 
+impl KeyRule {
+    /// Whether a key sent with the operation is read at all (the REST header, an
+    /// MCP tool's `idempotency_key` argument).
+    pub fn reads_key(self) -> bool {
+        self != KeyRule::Ignored
+    }
+}
+
 /// One write operation: the scope of its keys is (contributor, method + template).
 #[derive(Debug)]
 pub struct Operation {

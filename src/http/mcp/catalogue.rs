@@ -853,18 +853,15 @@ fn input_schema(input: &Input, components: &Map<String, Value>) -> JsonObject {
                     required.extend(req.iter().cloned());
                 }
             }
-            match op.rule {
-                KeyRule::Required | KeyRule::Optional => {
-                    properties.insert(
-                        "idempotency_key".to_owned(),
-                        json!({"type": "string", "minLength": 1, "maxLength": 128,
-                               "pattern": "^[!-~]{1,128}$", "description": KEY_RULE}),
-                    );
-                    if op.rule == KeyRule::Required {
-                        required.push(json!("idempotency_key"));
-                    }
+            if op.rule.reads_key() {
+                properties.insert(
+                    "idempotency_key".to_owned(),
+                    json!({"type": "string", "minLength": 1, "maxLength": 128,
+                           "pattern": "^[!-~]{1,128}$", "description": KEY_RULE}),
+                );
+                if op.rule == KeyRule::Required {
+                    required.push(json!("idempotency_key"));
                 }
-                KeyRule::Ignored => {}
             }
         }
     }
@@ -895,7 +892,7 @@ const DESTRUCTIVE: &[&str] = &[
 /// Whether the tool `name` takes an `idempotency_key` (its REST route's key rule).
 pub fn takes_key(name: &str) -> bool {
     DEFS.iter().any(|d| {
-        d.name == name && matches!(&d.input, Input::Write { op, .. } if op.rule != KeyRule::Ignored)
+        d.name == name && matches!(&d.input, Input::Write { op, .. } if op.rule.reads_key())
     })
 }
 

@@ -20,7 +20,7 @@ use super::Done;
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::handoffs::{MailBox, MailboxQuery};
-use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, KeyRule, Operation};
+use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, Operation};
 use crate::domain::write::{Quick, Written};
 use crate::domain::{
     artifacts, assessments, changes, checkpoints, contributions, contributors, handoffs, leases,
@@ -112,7 +112,7 @@ impl Args {
     /// argument it does not take (noted): an agent must not believe its retry is
     /// protected.
     fn key(&mut self, op: &Operation) -> IdemHeader {
-        if op.rule == KeyRule::Ignored {
+        if !op.rule.reads_key() {
             self.no_key();
             return IdemHeader(None);
         }
