@@ -160,6 +160,7 @@ pub fn offer(
 #[serde(deny_unknown_fields)]
 pub struct AcceptHandoff {
     #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
+    #[serde(default, deserialize_with = "crate::domain::leases::present_seconds")]
     pub duration_seconds: Option<i64>,
 }
 

@@ -59,6 +59,14 @@ pub fn duration(min: i64, requested: Option<i64>) -> ApiResult<i64> {
     duration_rule(min, requested).map_err(|problem| ApiError::field("duration_seconds", problem))
 }
 
+/// Reads an optional `duration_seconds` that is present only as a number: the
+/// schemas (ours and the fixed accept contract) type it as an integer, so `null` is
+/// refused like any other non-integer ("must be a whole number"); absent is the
+/// default. `#[serde(default, deserialize_with = "...")]` on each body's field.
+pub fn present_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    <i64 as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 /// [`duration`]'s problem beside a body's others (`Validate::validate_within`).
 pub fn check_duration(limits: &Limits, requested: Option<i64>, errors: &mut FieldErrors) {
     if let Err(problem) = duration_rule(limits.min_seconds, requested) {
@@ -72,6 +80,7 @@ pub fn check_duration(limits: &Limits, requested: Option<i64>, errors: &mut Fiel
 pub struct AcquireLease {
     /// 60..3600 seconds, default 900.
     #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
+    #[serde(default, deserialize_with = "present_seconds")]
     pub duration_seconds: Option<i64>,
 }
 
@@ -235,6 +244,7 @@ pub struct RenewLease {
     pub lease_version: i64,
     /// 60..3600 seconds from now, default 900.
     #[schema(value_type = i64, required = false, minimum = 60, maximum = 3600, default = 900)]
+    #[serde(default, deserialize_with = "present_seconds")]
     pub duration_seconds: Option<i64>,
 }
 

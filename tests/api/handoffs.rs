@@ -281,6 +281,14 @@ async fn accept_replays_with_the_same_key_and_refuses_another_body() {
     accept(&app, taker, h, Some(json!({"duration_seconds": 7200})))
         .await
         .assert_error(422, "validation_failed");
+    // The fixed contract types it as an integer: null is refused, not the default.
+    let r = accept(&app, taker, h, Some(json!({"duration_seconds": null}))).await;
+    r.assert_error(422, "validation_failed");
+    assert!(
+        r.json["errors"]["duration_seconds"].is_array(),
+        "{}",
+        r.text
+    );
     let r = app.post_empty(&path, &taker.token).await;
     r.assert_error(422, "idempotency_key_required");
     let r = app.send(Method::POST, &path, None, Some("k"), None).await;

@@ -456,6 +456,30 @@ async fn lease_writes_validate_input_before_anything_else() {
     acquire(&app, a, t, json!({"duration_seconds": 900, "extra": 1}))
         .await
         .assert_error(422, "validation_failed");
+    // The schema types it as an integer: null is no integer (absent is the default).
+    let r = acquire(&app, a, t, json!({"duration_seconds": null})).await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["duration_seconds"],
+        json!(["must be a whole number"]),
+        "{}",
+        r.text
+    );
+    let other = task(&app, a, c.orbit, "renewed").await;
+    let lease = acquire(&app, a, other, json!({})).await.json["data"]["id"].clone();
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/leases/{lease}/renew"),
+            &a.token,
+            json!({"lease_version": 1, "duration_seconds": null}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(
+        r.json["errors"]["duration_seconds"].is_array(),
+        "{}",
+        r.text
+    );
     let r = app
         .send(
             Method::POST,
