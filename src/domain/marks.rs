@@ -13,8 +13,9 @@
 //! responses too. The revision is filled later, as for every write, by
 //! `apply_change` (`revision::PENDING`).
 //!
-//! A number mark lies past ±(2^53−1), which no request may send as a number
-//! (`http::json`), a time mark is in year 1, a text mark is made of U+0001; each
+//! A number mark lies just above −2^63, where no double falls, so no request may
+//! send it as a number (`http::json` keeps only numbers that come back as sent),
+//! a time mark is in year 1, a text mark is made of U+0001; each
 //! could still stand inside a string a client wrote (a checkpoint's summary or
 //! state, a contributor's name), so a rendering in which a mark is not found
 //! exactly once is not sent the quick way ([`Marks::rendered`] gives `None`) and

@@ -260,9 +260,10 @@ impl InexactNumber {
     pub fn message(&self) -> String {
         format!(
             "the number {} cannot be kept exactly: numbers must be values an IEEE 754 double \
-             holds exactly (whole numbers between -9007199254740991 and 9007199254740991; a \
-             decimal of 15 significant digits or fewer always is, a longer one only when a \
-             double keeps every digit); send other values as strings",
+             holds exactly (every whole number within ±9007199254740991 and every decimal of \
+             15 significant digits or fewer is; a longer one only when a double keeps every \
+             digit, as 10000000000000000 does and 9007199254740993 does not); send other \
+             values as strings",
             self.text
         )
     }
@@ -348,15 +349,15 @@ pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
     Ok(())
 }
 
-/// Whether the JSON number `text` equals the double nearest to it.
+/// Whether the JSON number `text` comes back as sent: the double nearest to it,
+/// written as the canonical form writes it (RFC 8785: the shortest digits that
+/// read back as that double), is the same decimal value. One rule however the
+/// number is written: `1e16` and `10000000000000000` are both kept (and are one
+/// canonical form, so one fingerprint), so every number the service returns is
+/// one it accepts. (Until 2026-12-06 a number written as an integer also had to
+/// lie within ±(2^53−1), so `10000000000000000` was refused while `1e16` was
+/// accepted and returned in that spelling.)
 pub fn survives_double(text: &str) -> bool {
-    // An integer written as one must be in the interoperable range (RFC 7493 2.2):
-    // 2^53 is a double, but so is 2^53 + 1 rounded, and a reader cannot tell.
-    if !text.contains(['.', 'e', 'E']) {
-        return text
-            .parse::<i64>()
-            .is_ok_and(|i| i.unsigned_abs() <= 9_007_199_254_740_991);
-    }
     let Ok(f) = text.parse::<f64>() else {
         return false;
     };
@@ -392,13 +393,15 @@ fn decimal(text: &str) -> Option<(bool, String, i64)> {
     Some((negative, digits, exp))
 }
 
-/// Integral floats (`1643.0`, `1.6e3`) become integers, so a field typed as an
-/// integer accepts them as JSON Schema does; the value is the same number.
+/// Integral floats (`1643.0`, `1.6e3`, `1e16`) within the range of an `i64` become
+/// integers, so a field typed as an integer accepts them as JSON Schema does; the
+/// value is the same number (an integral double below 2^63 converts exactly), and
+/// so is its canonical form.
 pub fn integral_floats_to_integers(value: &mut Value) {
     match value {
         Value::Number(n) if n.is_f64() => {
             if let Some(f) = n.as_f64() {
-                if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_991.0 {
+                if f.fract() == 0.0 && f.abs() < 9_223_372_036_854_775_808.0 {
                     *n = serde_json::Number::from(f as i64);
                 }
             }
@@ -442,7 +445,13 @@ pub fn plain_words(inner: &str) -> String {
         "i64", "u64", "i32", "u32", "i16", "u16", "u8", "i8", "usize", "isize",
     ];
     if integer.contains(&expected) || expected.contains("integer") {
-        "must be a whole number".to_owned()
+        // A whole number the field's type cannot hold (`invalid value: integer
+        // `9223372036854775808`, expected i64`, or an integral float past it).
+        if inner.starts_with("invalid value: integer") || integral_float(inner) {
+            "is out of range".to_owned()
+        } else {
+            "must be a whole number".to_owned()
+        }
     } else if ["f64", "f32"].contains(&expected) || expected.contains("number") {
         "must be a number".to_owned()
     } else if expected.contains("string") || expected.contains("char") {
@@ -463,6 +472,14 @@ pub fn plain_words(inner: &str) -> String {
     } else {
         "has the wrong type or value".to_owned()
     }
+}
+
+/// Whether serde's `inner` refuses a float that is a whole number (`invalid type:
+/// floating point `1e20``): too large for the integer it was read as.
+fn integral_float(inner: &str) -> bool {
+    between_backticks(inner, "invalid type: floating point `")
+        .and_then(|f| f.parse::<f64>().ok())
+        .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
 }
 
 /// Values tried for a required query parameter that is missing, so that parsing can
@@ -754,17 +771,15 @@ pub fn parse_value<T: DeserializeOwned + Validate>(
     })
 }
 
-/// The first integer of a parsed value beyond ±(2^53−1), with its top-level field.
+/// The first number of a parsed value that does not come back as it is
+/// ([`survives_double`]: only an integer can, a parsed float is a double already),
+/// with its top-level field.
 fn inexact_integer(value: &Value) -> Option<InexactNumber> {
     fn walk(v: &Value) -> Option<String> {
         match v {
             Value::Number(n) => {
-                let too_big = n
-                    .as_i64()
-                    .map(|i| i.unsigned_abs() > 9_007_199_254_740_991)
-                    .or_else(|| n.as_u64().map(|u| u > 9_007_199_254_740_991))
-                    .unwrap_or(false);
-                too_big.then(|| n.to_string())
+                let text = n.to_string();
+                (!survives_double(&text)).then_some(text)
             }
             Value::Array(items) => items.iter().find_map(walk),
             Value::Object(map) => map.values().find_map(walk),
@@ -939,6 +954,11 @@ mod tests {
             "1E-7",
             "123456789012345",
             "2.5e-308",
+            "9007199254740992",
+            "10000000000000000",
+            "1e16",
+            "-123000000000000000000",
+            "18446744073709552000",
         ] {
             assert!(survives_double(ok), "{ok}");
         }
@@ -949,7 +969,7 @@ mod tests {
             "1e-400",
             "18446744073709551616",
             "-9007199254740993",
-            "9007199254740992",
+            "9223372036854775807",
         ] {
             assert!(!survives_double(bad), "{bad}");
         }

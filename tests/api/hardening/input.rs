@@ -73,7 +73,42 @@ async fn numbers_a_double_cannot_hold_are_refused_everywhere() {
     let body =
         format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": 9007199254740992}}}}"#);
     let r = raw(body, "k-replay").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let body =
+        format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": 9007199254740993}}}}"#);
+    let r = raw(body, "k-replay").await;
     r.assert_error(422, "validation_failed");
+    // A whole number a double holds is kept however it is written, and the way the
+    // service writes it back is accepted back: `1e16` reads as 10000000000000000,
+    // which is the same request (one canonical form) and replays.
+    let body = format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": 1e16}}}}"#);
+    let r = raw(body, "k-spelling").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.json["data"]["id"].as_i64().expect("checkpoint id");
+    let read = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
+    assert!(
+        read.text.contains(r#""state":{"n":10000000000000000}"#),
+        "{}",
+        read.text
+    );
+    let body =
+        format!(r#"{{"lease_version": {v}, "summary": "s", "state": {{"n": 10000000000000000}}}}"#);
+    let r = raw(body, "k-spelling").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.json["data"]["id"].as_i64(), Some(id), "{}", r.text);
+    // In an integer field, a whole number an i64 cannot hold is out of range.
+    let r = raw(
+        r#"{"lease_version": 1e20, "summary": "s", "state": {}}"#.to_owned(),
+        "k-out-of-range",
+    )
+    .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["lease_version"],
+        json!(["is out of range"]),
+        "{}",
+        r.text
+    );
     // Numbers a double holds are kept as the same values.
     let body = format!(
         r#"{{"lease_version": {v}, "summary": "s", "state": {{"a": 0.1, "b": 1e300, "c": 9007199254740991, "d": -2.5}}}}"#
