@@ -115,8 +115,12 @@ impl FromRequest for IdemHeader {
     type Future = std::future::Ready<Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        // Two header lines are one comma-joined value (RFC 9110 5.3), which no key
+        // is: taking either line silently would make a retry whose proxy reordered
+        // them a new request.
+        let twice = req.headers().get_all(HEADER).nth(1).is_some();
         let value = req.headers().get(HEADER).map(|v| match v.to_str() {
-            Ok(s) if is_valid_key(s) => Ok(s.to_owned()),
+            Ok(s) if is_valid_key(s) && !twice => Ok(s.to_owned()),
             _ => Err(()),
         });
         std::future::ready(Ok(IdemHeader(value)))
@@ -223,25 +227,24 @@ impl Gate {
     /// answers `Reply::replayed(stored)`.
     pub fn claim(&mut self, conn: &mut PgConnection, params: &[i64]) -> TxResult<Option<Stored>> {
         self.checked = true;
-        let key = match (&self.header.0, self.op.rule) {
-            (_, KeyRule::Ignored) | (None, KeyRule::Optional) => return Ok(None),
-            (None, KeyRule::Required) => {
-                return Err(ApiError::invalid(
-                    "idempotency_key_required",
-                    "This write needs an Idempotency-Key header: a new key for each intended \
+        let key =
+            match (&self.header.0, self.op.rule) {
+                (_, KeyRule::Ignored) | (None, KeyRule::Optional) => return Ok(None),
+                (None, KeyRule::Required) => {
+                    return Err(ApiError::invalid(
+                        "idempotency_key_required",
+                        "This write needs an Idempotency-Key header: a new key for each intended \
                      action, the same key for its retries.",
-                )
-                .into())
-            }
-            (Some(Err(())), _) => {
-                return Err(ApiError::invalid(
+                    )
+                    .into())
+                }
+                (Some(Err(())), _) => return Err(ApiError::invalid(
                     "idempotency_key_invalid",
-                    "The Idempotency-Key must be 1 to 128 visible ASCII characters.",
+                    "The Idempotency-Key must be one header of 1 to 128 visible ASCII characters.",
                 )
-                .into())
-            }
-            (Some(Ok(key)), _) => key.clone(),
-        };
+                .into()),
+                (Some(Ok(key)), _) => key.clone(),
+            };
         let fingerprint = self.fingerprint(params);
         let scope = self.op.scope();
         // `claim_key` (src/db/functions.sql) is shared with the quick writes

@@ -688,3 +688,42 @@ async fn a_stored_response_with_quotes_backslashes_and_emoji_replays_byte_for_by
     let revision = first.json["data"]["orbit_revision"].as_i64().unwrap();
     assert_eq!(revision, 1);
 }
+
+/// Two `Idempotency-Key` lines are one comma-joined value, which no key is: 422
+/// and nothing written (taking one line would let a reordered retry run twice).
+/// Two `Authorization` lines name no one caller: 401.
+#[tokio::test]
+async fn a_header_sent_twice_is_refused() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    let body = serde_json::to_vec(&orbit_body("twice")).unwrap();
+    let r = app
+        .post_raw(
+            "/api/v1/orbits",
+            Some(&a.token),
+            &[
+                ("content-type", "application/json"),
+                ("idempotency-key", "key-one"),
+                ("idempotency-key", "key-two"),
+            ],
+            body.clone(),
+        )
+        .await;
+    r.assert_error(422, "idempotency_key_invalid");
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orbits"), 0);
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM idempotency_keys"), 0);
+    let r = app
+        .post_raw(
+            "/api/v1/orbits",
+            None,
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &format!("Bearer {}", a.token)),
+                ("authorization", &format!("Bearer {}", a.token)),
+            ],
+            body,
+        )
+        .await;
+    r.assert_error(401, "unauthorized");
+    assert_eq!(count(&app, "SELECT count(*) AS n FROM orbits"), 0);
+}

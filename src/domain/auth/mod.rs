@@ -237,11 +237,22 @@ impl std::fmt::Debug for Bearer {
 }
 
 /// Reads `Authorization: Bearer <token>`. Returns `Ok(None)` when absent and a 401
-/// for any other scheme or a malformed token.
+/// for any other scheme, a malformed token, or two header lines (which of them
+/// would be the caller?).
 pub fn bearer_from_request(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let Some(value) = req.headers().get(header::AUTHORIZATION) else {
         return Ok(None);
     };
+    if req
+        .headers()
+        .get_all(header::AUTHORIZATION)
+        .nth(1)
+        .is_some()
+    {
+        return Err(ApiError::unauthorized(
+            "Send one Authorization header: `Authorization: Bearer <token>`.",
+        ));
+    }
     let value = value
         .to_str()
         .map_err(|_| ApiError::unauthorized("The Authorization header is not valid."))?;
@@ -359,6 +370,12 @@ impl Bearer {
             Some(c) => Ok(c),
             None => Err(Bearer::missing().into()),
         }
+    }
+
+    /// No token: how the pages call the domain's public reads, whatever
+    /// `Authorization` a browser sends (they are public and answer no API 401).
+    pub fn anonymous() -> Bearer {
+        Bearer(None)
     }
 
     /// The 401 of a route that needs a token, to a request without one.
