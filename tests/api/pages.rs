@@ -330,6 +330,21 @@ async fn every_page_renders_its_content_with_the_csp() {
     let raw = app.get("/search?q=tarball", None).await.text;
     assert!(raw.contains("<mark>tarball</mark>"), "{raw}");
     assert!(page("/search".into()).await.contains("Search"));
+    // Pages are anonymous: an Authorization header a browser sends (a site's HTTP
+    // Basic login, a stale token) changes nothing, on the search page as on others.
+    for auth in ["Bearer occ_not_a_token", "Basic dXNlcjpwdw==", "Bearer"] {
+        for path in ["/search?q=tarball", "/search", "/"] {
+            let r = app
+                .send_raw(Method::GET, path, None, &[("authorization", auth)], None)
+                .await;
+            assert_page(&r, 200);
+            assert!(
+                path != "/search?q=tarball" || r.text.contains("<mark>tarball</mark>"),
+                "{path} with {auth}: {}",
+                r.text
+            );
+        }
+    }
 
     let who = page(format!("/contributors/{}", s.holder.id)).await;
     for text in [

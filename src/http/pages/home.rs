@@ -111,12 +111,14 @@ struct SearchParams {
 }
 
 /// `/search?q=`: the API's search (`domain::search::search`), rendered; its 422s
-/// (an empty or unsearchable query, a bad cursor) are the page's 400.
-pub async fn search(state: State, bearer: Bearer, req: HttpRequest) -> HttpResponse {
-    respond(search_page(state, bearer, req).await)
+/// (an empty or unsearchable query, a bad cursor) are the page's 400. Anonymous,
+/// as every page: an `Authorization` header (a site's HTTP Basic login, a stale
+/// token) is not read, so it never turns the page into the API's JSON 401.
+pub async fn search(state: State, req: HttpRequest) -> HttpResponse {
+    respond(search_page(state, req).await)
 }
 
-async fn search_page(state: State, bearer: Bearer, req: HttpRequest) -> PageResult {
+async fn search_page(state: State, req: HttpRequest) -> PageResult {
     let p: SearchParams = query(&req)?;
     let q = p.q.clone().unwrap_or_default();
     let form = search_form(&q);
@@ -135,7 +137,7 @@ async fn search_page(state: State, bearer: Bearer, req: HttpRequest) -> PageResu
         limit: Some(PAGE),
         cursor: p.cursor.clone(),
     };
-    let found = search::search(&state, bearer, query)
+    let found = search::search(&state, Bearer::anonymous(), query)
         .await
         .map_err(PageError::from)?;
     let mut next = None;
