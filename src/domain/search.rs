@@ -88,8 +88,8 @@ pub struct Hit {
     #[schema(minimum = 1)]
     pub id: i64,
     pub orbit: HitOrbit,
-    /// The title; for a memory record, the first line of its content (at most 80
-    /// characters).
+    /// The title; for a memory record, the first line of its content that is not
+    /// blank, trimmed (at most 80 characters).
     pub title: String,
     /// Plain text cut from the matched field (the body, statement, description or
     /// content; the title or the tags when only they matched), never markup.

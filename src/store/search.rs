@@ -598,9 +598,12 @@ pub fn hits(
                 "NULL::text",
                 "t.status",
             ),
-            // A record has no title: its first line, at most 80 characters.
+            // A record has no title: its first line that is not blank, without the
+            // spaces around it (a CRLF's `\r` among them), at most 80 characters.
             Kind::Memory => (
-                "left(split_part(btrim(t.content), E'\\n', 1), 80)".to_owned(),
+                "coalesce(left(rtrim(substring(t.content FROM '\\S[^\\r\\n]*'), \
+                 E' \\t\\f\\r'), 80), '')"
+                    .to_owned(),
                 "t.content",
                 "orbit_search_tags(t.tags)".to_owned(),
                 "t.created_at",

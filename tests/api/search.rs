@@ -262,6 +262,20 @@ async fn search_filters_by_orbit_and_type_and_shapes_each_kind() {
         }
         assert!(h["rank"].as_f64().unwrap() > 0.0, "{h}");
     }
+    // A record's title is its first line that is not blank, trimmed: a CRLF's `\r`
+    // is not kept, and content that opens with blank lines still has one.
+    for (content, title) in [
+        ("kumquat one\r\nsecond line", "kumquat one"),
+        ("\n\n   \r\n\t kumquat two \t\nmore", "kumquat two"),
+    ] {
+        let id = memory(&app, &a.owner, a.orbit, content, &[]).await;
+        let found = hits(&search(&app, &[("q", content), ("types", "MEMORY")]).await);
+        let hit = found
+            .iter()
+            .find(|h| h["id"] == id)
+            .unwrap_or_else(|| panic!("{content:?}: {found:?}"));
+        assert_eq!(hit["title"], title, "{hit}");
+    }
     // Memory tags are searched too.
     let tagged = hits(&search(&app, &[("q", "wind"), ("types", "MEMORY")]).await);
     assert_eq!(ids_of(&tagged), [("MEMORY".into(), m_a)]);
