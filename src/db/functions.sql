@@ -793,17 +793,64 @@ BEGIN
     PERFORM revisions_spent();
 END $$;
 
--- A search's `q` (contract section 13) as a tsquery: web-search syntax
--- (`websearch_to_tsquery`), or, where PostgreSQL's parser of that syntax fails (more
--- than 32 operators in a row, `- - - ...`: "tsquery stack too small", an internal
--- error), its plain words (`plainto_tsquery`). No query syntax is ever an error.
--- The query is read as the searched text is (`orbit_search_text`, migrations 27
--- and 28: `<`, `/`, `@`, `.` and `:` are separators, so no tag's words are
--- dropped and a URL, path or address is its words).
+-- A search's `q` (contract section 13) as a tsquery, in web-search syntax: plain
+-- words (all must match), `"quoted phrases"`, `OR` between two terms, `-excluded`
+-- terms. `OR` joins only the terms on either side of it, as a web search reads it:
+-- `flaky test OR spec` is flaky AND (test OR spec). (PostgreSQL's
+-- `websearch_to_tsquery` gives `|` the lowest precedence, `('flaky' & 'test') |
+-- 'spec'`, so a hit need not hold the plain words: a hostile probe, 2026-12-06.)
+-- So `q` is cut into terms here (a phrase, `-` and a phrase, or a run of other
+-- characters; `OR` in any case) and each term alone goes through
+-- `websearch_to_tsquery`, which reads a word, a phrase and a term of several words
+-- (`example.com/a`, a phrase of its words) as before; terms joined by `OR` form a
+-- group, and the groups are ANDed. A term with nothing searchable (a stop word,
+-- punctuation) is left out. No query syntax is ever an error: where PostgreSQL's
+-- parser fails on a term (more than 32 operators in a row inside a phrase: "tsquery
+-- stack too small", an internal error), `q`'s plain words (`plainto_tsquery`) are
+-- the query. The query is read as the searched text is (`orbit_search_text`,
+-- migrations 27 and 28: `<`, `/`, `@`, `.` and `:` are separators, so no tag's
+-- words are dropped and a URL, path or address is its words).
 CREATE OR REPLACE FUNCTION search_tsquery(p_q text) RETURNS tsquery
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_term text;
+    v_negated boolean;
+    v_unit tsquery;
+    v_group tsquery;
+    v_query tsquery;
+    v_or boolean := false;
 BEGIN
-    RETURN websearch_to_tsquery('orbit_search', orbit_search_text(p_q));
+    FOR v_term IN SELECT m[1] FROM regexp_matches(p_q, '(-?"[^"]*"?|[^\s"]+)', 'g') AS m LOOP
+        IF lower(v_term) = 'or' THEN
+            -- Joins the next term to the group before it (if there is one).
+            v_or := v_group IS NOT NULL;
+            CONTINUE;
+        END IF;
+        v_negated := left(v_term, 1) = '-';
+        IF v_negated THEN
+            v_term := substr(v_term, 2);
+        END IF;
+        v_unit := websearch_to_tsquery('orbit_search', orbit_search_text(v_term));
+        IF numnode(v_unit) = 0 THEN
+            CONTINUE;
+        END IF;
+        IF v_negated THEN
+            v_unit := !! v_unit;
+        END IF;
+        IF v_or THEN
+            v_group := v_group || v_unit;
+        ELSE
+            IF v_group IS NOT NULL THEN
+                v_query := CASE WHEN v_query IS NULL THEN v_group ELSE v_query && v_group END;
+            END IF;
+            v_group := v_unit;
+        END IF;
+        v_or := false;
+    END LOOP;
+    IF v_group IS NOT NULL THEN
+        v_query := CASE WHEN v_query IS NULL THEN v_group ELSE v_query && v_group END;
+    END IF;
+    RETURN coalesce(v_query, websearch_to_tsquery('orbit_search', ''));
 EXCEPTION WHEN internal_error THEN
     RETURN plainto_tsquery('orbit_search', orbit_search_text(p_q));
 END $$;

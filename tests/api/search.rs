@@ -168,6 +168,30 @@ async fn search_ranks_title_matches_first_and_matches_english_inflections() {
     assert_eq!(found[0]["id"], title);
     let found = hits(&search(&app, &[("q", "soup OR nightly")]).await);
     assert_eq!(found.len(), 2, "{found:?}");
+    // OR joins only its neighbours: the plain words around it must all match (a
+    // probe found `(flaky & test) | spec` taken in "spec for the parser").
+    let flaky_test = contribution(&app, &c.owner, o, "Flaky test in CI", "x").await;
+    let flaky_spec = contribution(&app, &c.owner, o, "Flaky spec in CI", "x").await;
+    let spec_only = contribution(&app, &c.owner, o, "Spec for the parser", "x").await;
+    let want: HashSet<(String, i64)> = [flaky_test, flaky_spec]
+        .map(|id| ("CONTRIBUTION".to_owned(), id))
+        .into();
+    for q in [
+        "flaky test OR spec",
+        "flaky (test OR spec)",
+        "test OR spec flaky",
+        "flaky test or spec",
+        "flaky test OR spec -nothingsuch",
+    ] {
+        let found = hits(&search(&app, &[("q", q)]).await);
+        let got: HashSet<(String, i64)> = ids_of(&found).into_iter().collect();
+        assert_eq!(got, want, "{q}");
+    }
+    // OR between a phrase and an excluded term, and groups after one another.
+    let found = hits(&search(&app, &[("q", "\"flaky spec\" OR -ci parser")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), spec_only)]);
+    let found = hits(&search(&app, &[("q", "test OR parser ci OR runner")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), flaky_test)]);
 }
 
 #[tokio::test]
