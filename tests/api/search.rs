@@ -597,6 +597,41 @@ async fn words_inside_urls_paths_and_addresses_are_searched_and_shown() {
     assert_eq!(snippet, "okapi \u{FFFD}\u{FFFD} tapir");
 }
 
+/// A hyphenated word is its parts, adjacent: `rate-limit` finds "rate limit" and
+/// "rate/limit" as they find it (until 2026-12-06 the compound was a lexeme of its
+/// own that only a text holding it matched), and its parts are words.
+#[tokio::test]
+async fn a_hyphenated_word_is_searched_by_its_parts() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "hyphens", 0).await;
+    let mut made = HashSet::new();
+    for body in [
+        "the rate-limit was hit",
+        "a rate limit was hit",
+        "see the rate/limit path",
+    ] {
+        let id = contribution(&app, &c.owner, c.orbit, "Limits", body).await;
+        made.insert(("CONTRIBUTION".to_owned(), id));
+    }
+    let apart = contribution(&app, &c.owner, c.orbit, "Other", "limit the rate").await;
+    for q in [
+        "rate-limit",
+        "\"rate-limit\"",
+        "rate/limit",
+        "\"rate limit\"",
+    ] {
+        let found = hits(&search(&app, &[("q", q), ("orbit", "hyphens")]).await);
+        let got: HashSet<(String, i64)> = ids_of(&found).into_iter().collect();
+        assert_eq!(got, made, "{q}");
+    }
+    let found = hits(&search(&app, &[("q", "rate limit"), ("orbit", "hyphens")]).await);
+    assert_eq!(found.len(), 4, "all words, in any order: {found:?}");
+    assert!(ids_of(&found).contains(&("CONTRIBUTION".into(), apart)));
+    // Excluding a hyphenated word excludes its phrase only.
+    let found = hits(&search(&app, &[("q", "rate -rate-limit"), ("orbit", "hyphens")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), apart)]);
+}
+
 #[tokio::test]
 async fn hostile_queries_are_answered_never_5xx() {
     let app = TestApp::spawn().await;
