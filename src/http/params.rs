@@ -84,17 +84,25 @@ impl<T> Path<T> {
     }
 }
 
-/// The 422 of a path parameter that does not parse: every path parameter but
-/// `orbit` (an id or a slug) is a number (an id, or a revision's `n`).
-fn invalid_path(req: &HttpRequest) -> ApiError {
-    let message = req
-        .match_info()
+/// The path parameter that is not a positive number below 2^63, if any: every
+/// path parameter but `orbit` (an id or a slug) is one (an id, or a revision's
+/// `n`), as the OpenAPI document says (`minimum: 1`) and as the MCP tools read
+/// their ids, so `/tasks/0` is the same 422 as `get_task {"task_id": 0}`.
+fn bad_number(req: &HttpRequest) -> Option<(&str, &str)> {
+    req.match_info()
         .iter()
-        .find(|(name, value)| *name != "orbit" && value.parse::<i64>().is_err())
+        .find(|(name, value)| *name != "orbit" && value.parse::<i64>().map_or(true, |n| n < 1))
+}
+
+/// The 422 of a path parameter that does not parse or is not positive.
+fn invalid_path(req: &HttpRequest) -> ApiError {
+    let message = bad_number(req)
         .map(|(name, value)| {
-            format!("`{name}` in the path must be a whole number below 2^63, not {value:?}.")
+            format!(
+                "`{name}` in the path must be a positive whole number below 2^63, not {value:?}."
+            )
         })
-        .unwrap_or_else(|| "A path parameter must be a whole number below 2^63.".into());
+        .unwrap_or_else(|| "A path parameter must be a positive whole number below 2^63.".into());
     ApiError::invalid("invalid_path", message)
 }
 
@@ -106,8 +114,8 @@ impl<T: DeserializeOwned + 'static> FromRequest for Path<T> {
         let req = req.clone();
         Box::pin(async move {
             match web::Path::<T>::extract(&req).await {
-                Ok(path) => Ok(Path(path.into_inner())),
-                Err(_) => Err(unauthorized_first(&req, invalid_path(&req)).await),
+                Ok(path) if bad_number(&req).is_none() => Ok(Path(path.into_inner())),
+                _ => Err(unauthorized_first(&req, invalid_path(&req)).await),
             }
         })
     }

@@ -126,7 +126,8 @@ async fn a_bad_path_parameter_is_422() {
     r.assert_envelope(422);
     // In plain words, naming the parameter (not "Path deserialize error: ...").
     assert_eq!(
-        r.json["message"], "`token_id` in the path must be a whole number below 2^63, not \"abc\".",
+        r.json["message"],
+        "`token_id` in the path must be a positive whole number below 2^63, not \"abc\".",
         "{}",
         r.text
     );
@@ -146,6 +147,32 @@ async fn a_bad_path_parameter_is_422() {
         .delete("/api/v1/orbits/paths/members/1.5", &a.token)
         .await;
     r.assert_envelope(422);
+    // Ids are positive (the OpenAPI document's `minimum: 1`): zero and a negative
+    // number are the same 422 as over MCP, not a lookup's 404.
+    for path in [
+        "/api/v1/tasks/0",
+        "/api/v1/leases/-1",
+        "/api/v1/contributions/1/revisions/0",
+    ] {
+        let r = app.get(path, Some(&a.token)).await;
+        assert_eq!(r.assert_envelope(422), "invalid_path", "{path}: {}", r.text);
+        assert!(
+            r.json["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("must be a positive whole number")),
+            "{path}: {}",
+            r.text
+        );
+    }
+    let client = crate::mcp::connect(&app, &a).await;
+    for (tool, args) in [
+        ("get_task", json!({"task_id": 0})),
+        ("get_lease", json!({"lease_id": -1})),
+        ("get_revision", json!({"contribution_id": 1, "revision": 0})),
+    ] {
+        let r = crate::mcp::call(&client, tool, args).await;
+        crate::mcp::refused(&r, 422, "validation_failed", "fix_input");
+    }
 }
 
 #[tokio::test]

@@ -220,9 +220,10 @@ async fn an_assessment_of_revision_1_is_not_counted_on_revision_2() {
     assess(&app, b, id, 3, "SUPPORTS")
         .await
         .assert_error(404, "not_found");
+    // Revision numbers start at 1: 0 is a bad path, not a lookup.
     assess(&app, b, id, 0, "SUPPORTS")
         .await
-        .assert_error(404, "not_found");
+        .assert_error(422, "invalid_path");
     let r = app
         .post_keyed(
             &format!("/api/v1/contributions/{id}/revisions/2/assessments"),
