@@ -102,15 +102,28 @@ pub fn offer(
     if !store::checkpoint_of_task(conn, value.checkpoint_id, task_id)? {
         errors.add("checkpoint_id", "must be a checkpoint of this task");
     }
+    // Whether the recipient is a member is the orbit's state, which moves on: a
+    // replay answers what the first request was told even after they left (contract
+    // section 5), so alone this problem is judged after the key. Beside another
+    // problem it is reported with it (every problem at once): a request with any
+    // other problem was never done, so it has nothing to replay.
+    let mut stranger = false;
     if let Some(to) = value.to_contributor_id {
         if to == caller.id() {
             errors.add("to_contributor_id", "must be another member, not yourself");
-        } else if orbit_store::role_of(conn, orbit_id, to)?.is_none() {
-            errors.add("to_contributor_id", "must be a member of this orbit");
+        } else {
+            stranger = orbit_store::role_of(conn, orbit_id, to)?.is_none();
         }
+    }
+    const NOT_A_MEMBER: &str = "must be a member of this orbit";
+    if stranger && !errors.is_empty() {
+        errors.add("to_contributor_id", NOT_A_MEMBER);
     }
     errors.finish()?;
     claim!(gate, conn, &[task_id]);
+    if stranger {
+        return Err(ApiError::field("to_contributor_id", NOT_A_MEMBER).into());
+    }
     let (task, held) = fence::guard(
         conn,
         task_id,

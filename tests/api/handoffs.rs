@@ -580,3 +580,61 @@ async fn mailboxes_list_inbox_and_outbox() {
         .await
         .assert_error(422, "validation_failed");
 }
+
+/// A replay answers what the first request was told, even after its recipient left
+/// the orbit (contract section 5: "even if state has moved on since"); a new
+/// request naming them is the 422, and beside another problem both are reported.
+#[tokio::test]
+async fn an_offer_replays_after_its_recipient_left() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "left", 2).await;
+    let (giver, named) = (&c.members[0], &c.members[1]);
+    let (t, _, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let body = json!({"lease_version": v, "checkpoint_id": ckpt,
+                      "to_contributor_id": named.id, "message": "m"});
+    let path = format!("/api/v1/tasks/{t}/handoffs");
+    let first = app
+        .post_with_key(&path, &giver.token, "offer-once", body.clone())
+        .await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    let r = app
+        .send(
+            Method::DELETE,
+            &format!("/api/v1/orbits/{}/members/{}", c.orbit, named.id),
+            Some(&named.token),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let again = app
+        .post_with_key(&path, &giver.token, "offer-once", body.clone())
+        .await;
+    assert_eq!(again.status, 201, "{}", again.text);
+    assert_eq!(again.header("idempotency-replayed"), Some("true"));
+    assert_eq!(again.text, first.text);
+    // A new request: the recipient is no member now.
+    let r = app
+        .post_with_key(&path, &giver.token, "offer-new", body.clone())
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["to_contributor_id"],
+        json!(["must be a member of this orbit"]),
+        "{}",
+        r.text
+    );
+    // Beside another problem, every problem at once.
+    let mut both = body;
+    both["checkpoint_id"] = json!(999_999);
+    let r = app
+        .post_with_key(&path, &giver.token, "offer-both", both)
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(
+        r.json["errors"]["to_contributor_id"].is_array()
+            && r.json["errors"]["checkpoint_id"].is_array(),
+        "{}",
+        r.text
+    );
+}
