@@ -259,6 +259,22 @@ async fn check_message(
                     "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response.",
                     None,
                 ))
+            } else if matches!(
+                message,
+                Ok(rmcp::model::JsonRpcMessage::Response(_)
+                    | rmcp::model::JsonRpcMessage::Error(_))
+            ) {
+                // This server sends no requests, so no response answers one. (The
+                // SDK refused it with an error that had no `id` at all; JSON-RPC
+                // 2.0 asks for one, `null` when unknown, as every refusal here has.)
+                Some(jsonrpc_error(
+                    400,
+                    Value::Null,
+                    -32600,
+                    "Invalid Request: this server sends no requests, so it takes no JSON-RPC \
+                     responses; send a request or a notification.",
+                    None,
+                ))
             } else if let Some(why) = bad_version.filter(|_| {
                 // The SDK's exception: a request that names its own version in
                 // `_meta` is read by that one, whatever the header says.

@@ -238,6 +238,24 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     assert_eq!(r.json["error"]["code"], -32600, "{}", r.text);
     assert_eq!(r.json["id"], 3, "{}", r.text);
+    // A JSON-RPC response or error sent to the server, which asked nothing: -32600
+    // with `"id": null` (the SDK's own refusal had no `id` member at all).
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
+        json!({"jsonrpc": "2.0", "id": 6, "error": {"code": 1, "message": "x"}}),
+    ] {
+        let r = app
+            .post_raw(
+                "/mcp",
+                Some(&a.token),
+                &headers,
+                serde_json::to_vec(&message).unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+        assert_eq!(r.json["error"]["code"], -32600, "{}", r.text);
+        assert!(r.json.get("id").is_some_and(Value::is_null), "{}", r.text);
+    }
     // A tool call with a number a double does not hold: the tool's 422 refusal.
     let call = br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "read_changes", "arguments": {"orbit": "x", "after": 9007199254740993}}}"#;
