@@ -21,6 +21,8 @@ pub struct Got {
     pub timestamp: String,
     pub signature: String,
     pub content_type: String,
+    /// The request's path as it arrived (percent-encoded).
+    pub path: String,
     pub body: Vec<u8>,
     pub at: Instant,
     /// The arrival by the wall clock, to compare with a change's `created_at`.
@@ -140,6 +142,7 @@ async fn receive(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) 
         timestamp: header("webhook-timestamp"),
         signature: header("webhook-signature"),
         content_type: header("content-type"),
+        path: req.path().to_owned(),
         body: body.to_vec(),
         at: Instant::now(),
         at_wall: chrono::Utc::now(),

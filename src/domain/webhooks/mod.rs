@@ -81,8 +81,13 @@ impl crate::model::Validate for CreateWebhook {
         e.text("url", &self.url, 1, 2000);
         // One problem at a time for a URL: its length or a NUL first.
         if !e.has("url") {
-            if let Err(why) = parse_url(&self.url) {
-                e.add("url", why);
+            match parse_url(&self.url) {
+                Err(why) => e.add("url", why),
+                Ok(url) if url.as_str().chars().count() > 2000 => e.add(
+                    "url",
+                    "must be at most 2000 characters in its standard form (percent-encoded)",
+                ),
+                Ok(_) => {}
             }
         }
         if let Some(kinds) = &self.kinds {
@@ -152,6 +157,15 @@ pub fn parse_url(text: &str) -> Result<reqwest::Url, String> {
         return Err("must name a port from 1 to 65535".into());
     }
     Ok(url)
+}
+
+/// A valid URL ([`parse_url`]) in the standard form it is stored, shown and
+/// delivered to: the URL parser's own serialization (`\` read as `/`, `.` and `..`
+/// segments resolved, other characters percent-encoded, the host lowercased), so
+/// the address a subscription shows is the one its deliveries go to. A URL that
+/// does not parse is returned as sent (the body check refused it already).
+pub fn standard_url(text: &str) -> String {
+    parse_url(text).map_or_else(|_| text.to_owned(), String::from)
 }
 
 /// A kind of [`KINDS`], or `prefix.*` for a prefix some kind has.
@@ -354,7 +368,7 @@ pub async fn create(
                 conn,
                 caller.id(),
                 orbit.id,
-                &value.url,
+                &standard_url(&value.url),
                 value.kinds.as_deref(),
                 value.description.as_deref().unwrap_or(""),
                 &secret,

@@ -173,6 +173,33 @@ async fn deliveries_are_signed_in_revision_order_with_the_change() {
     assert_eq!(list.json["meta"]["next_after"], Value::Null);
 }
 
+/// A URL is stored and shown in the standard form it is delivered to: a URL
+/// parser reads `\` as `/`, resolves `..` and percent-encodes other characters, so
+/// `http:\\host\x\..\hoök` showed as sent while its deliveries went to `/ho%C3%B6k`.
+#[tokio::test]
+async fn a_webhook_url_is_shown_as_it_is_delivered_to() {
+    let app = app().await;
+    let rx = Receiver::start().expect("start the webhook receiver");
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "standard").await;
+    let base = rx.url.trim_end_matches("/hook");
+    let sent = base.replacen("http://", "http:\\\\", 1) + "\\x\\..\\ho\u{f6}k";
+    let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": sent})).await;
+    let standard = format!("{base}/ho%C3%B6k");
+    assert_eq!(hook["url"], standard.as_str(), "{hook}");
+    let id = hook["id"].as_i64().unwrap();
+    let read = app
+        .get(&format!("/api/v1/me/webhooks/{id}"), Some(&owner.token))
+        .await;
+    assert_eq!(read.json["data"]["url"], standard.as_str(), "{}", read.text);
+    write(&app, &owner, orbit, 0).await;
+    let got = rx
+        .wait_for(WAIT, |g| !g.is_empty())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got[0].path, "/ho%C3%B6k");
+}
+
 #[tokio::test]
 async fn the_kinds_filter_sends_exact_kinds_and_prefixes_only() {
     let app = app().await;
