@@ -588,11 +588,13 @@ async fn send(http: &reqwest::Client, s: &Settings, c: &Claimed, change: &Change
             if status.is_success() {
                 done(code, None, true)
             } else if status.is_redirection() {
-                done(
-                    code,
-                    Some(format!("HTTP {status}: redirects are not followed")),
-                    false,
-                )
+                // 304 or 300 is no redirect, but no delivery either.
+                let why = if matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
+                    "redirects are not followed"
+                } else {
+                    "only a 2xx answer counts as delivered"
+                };
+                done(code, Some(format!("HTTP {status}: {why}")), false)
             } else {
                 done(code, Some(format!("HTTP {status}")), false)
             }

@@ -250,6 +250,41 @@ async fn the_kinds_filter_sends_exact_kinds_and_prefixes_only() {
     assert_eq!(rx_prefix.count(), 2);
 }
 
+/// A 3xx answer is no delivery: retried, and logged in words that fit it (a
+/// redirect is not followed; a 304 is no redirect at all).
+#[tokio::test]
+async fn a_3xx_answer_is_retried_and_logged_as_what_it_is() {
+    let app = app().await;
+    let owner = app.agent("owner").await;
+    for (n, (status, words)) in [
+        (302, "HTTP 302 Found: redirects are not followed"),
+        (
+            304,
+            "HTTP 304 Not Modified: only a 2xx answer counts as delivered",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rx = Receiver::start_with(Plan {
+            fail_next: 1,
+            fail_status: status,
+            ..Plan::default()
+        })
+        .expect("start the webhook receiver");
+        let orbit = app.orbit(&owner, &format!("three-{n}")).await;
+        let hook = subscribe(&app, &owner, json!({"orbit": orbit, "url": rx.url})).await;
+        let id = hook["id"].as_i64().unwrap();
+        let rev = write(&app, &owner, orbit, 0).await;
+        wait_webhook(&app, &owner, id, |w| w["delivered_through"] == rev).await;
+        let log = deliveries(&app, &owner, id).await;
+        assert_eq!(log.len(), 2, "{log:?}");
+        assert_eq!(log[0]["status_code"], status);
+        assert_eq!(log[0]["error"], words, "{log:?}");
+        assert_eq!(log[1]["status_code"], 200);
+    }
+}
+
 #[tokio::test]
 async fn a_failed_delivery_is_retried_with_the_same_id_after_a_5xx_and_a_timeout() {
     let app = app_with(|c| c.webhook_timeout_ms = 500).await;
