@@ -84,14 +84,19 @@ impl<T> Path<T> {
     }
 }
 
-/// The path parameter that is not a positive number below 2^63, if any: every
-/// path parameter but `orbit` (an id or a slug) is one (an id, or a revision's
-/// `n`), as the OpenAPI document says (`minimum: 1`) and as the MCP tools read
-/// their ids, so `/tasks/0` is the same 422 as `get_task {"task_id": 0}`.
+/// The path parameter that is not a positive number below 2^63 written in plain
+/// digits, if any: every path parameter but `orbit` (an id or a slug) is one (an
+/// id, or a revision's `n`), as the OpenAPI document says (`minimum: 1`) and as the
+/// MCP tools read their ids, so `/tasks/0` is the same 422 as `get_task
+/// {"task_id": 0}`; and one resource has one URL, as an orbit's id has
+/// (`store::orbits::id_of`): `/tasks/01` and `/tasks/+1` are refused, not task 1.
 fn bad_number(req: &HttpRequest) -> Option<(&str, &str)> {
-    req.match_info()
-        .iter()
-        .find(|(name, value)| *name != "orbit" && value.parse::<i64>().map_or(true, |n| n < 1))
+    req.match_info().iter().find(|(name, value)| {
+        *name != "orbit"
+            && value
+                .parse::<i64>()
+                .map_or(true, |n| n < 1 || n.to_string() != *value)
+    })
 }
 
 /// The 422 of a path parameter that does not parse or is not positive.
@@ -99,10 +104,13 @@ fn invalid_path(req: &HttpRequest) -> ApiError {
     let message = bad_number(req)
         .map(|(name, value)| {
             format!(
-                "`{name}` in the path must be a positive whole number below 2^63, not {value:?}."
+                "`{name}` in the path must be a positive whole number below 2^63 in plain \
+                 digits, not {value:?}."
             )
         })
-        .unwrap_or_else(|| "A path parameter must be a positive whole number below 2^63.".into());
+        .unwrap_or_else(|| {
+            "A path parameter must be a positive whole number below 2^63 in plain digits.".into()
+        });
     ApiError::invalid("invalid_path", message)
 }
 

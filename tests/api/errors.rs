@@ -127,7 +127,7 @@ async fn a_bad_path_parameter_is_422() {
     // In plain words, naming the parameter (not "Path deserialize error: ...").
     assert_eq!(
         r.json["message"],
-        "`token_id` in the path must be a positive whole number below 2^63, not \"abc\".",
+        "`token_id` in the path must be a positive whole number below 2^63 in plain digits, not \"abc\".",
         "{}",
         r.text
     );
@@ -153,6 +153,10 @@ async fn a_bad_path_parameter_is_422() {
         "/api/v1/tasks/0",
         "/api/v1/leases/-1",
         "/api/v1/contributions/1/revisions/0",
+        // One URL for one resource, as for an orbit's id: plain digits only.
+        "/api/v1/tasks/01",
+        "/api/v1/tasks/%2B1",
+        "/api/v1/contributions/1/revisions/007",
     ] {
         let r = app.get(path, Some(&a.token)).await;
         assert_eq!(r.assert_envelope(422), "invalid_path", "{path}: {}", r.text);
