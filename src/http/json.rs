@@ -358,6 +358,11 @@ pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
 /// lie within ±(2^53−1), so `10000000000000000` was refused while `1e16` was
 /// accepted and returned in that spelling.)
 pub fn survives_double(text: &str) -> bool {
+    // The common case, cheaply: a whole number of up to 15 digits is below 2^53.
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if !digits.is_empty() && digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
     let Ok(f) = text.parse::<f64>() else {
         return false;
     };
