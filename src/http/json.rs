@@ -6,10 +6,15 @@
 //! `application/json` for a non-empty body, rejects unknown fields, validates, and
 //! keeps the canonical form of the body as sent for idempotency fingerprints.
 //!
-//! Numbers follow I-JSON (RFC 7493), which RFC 8785 assumes: a number that an IEEE
-//! 754 double does not hold exactly (an integer past ±(2^53−1), a decimal with more
-//! significant digits than a double keeps, an overflow or underflow) is refused
-//! with 422, so every accepted number is stored and returned as the value sent. An
+//! Numbers follow I-JSON (RFC 7493), which RFC 8785 assumes: a number must come
+//! back as sent, that is, the double nearest to it, written with the shortest
+//! digits that read back as that double (as the canonical form writes it), must be
+//! the same decimal value ([`survives_double`]); any other (`9007199254740993`, a
+//! decimal with more digits than a double keeps, an overflow or underflow) is
+//! refused with 422, so every accepted number is stored and returned as sent, and
+//! every number the service returns is one it accepts. serde_json reads numbers
+//! correctly rounded (its `float_roundtrip` feature), so the value stored is the
+//! double this rule judged. An
 //! integral number (`1643.0`) counts as an integer wherever one is expected, as in
 //! JSON Schema (issue 26, findings 2 and 10). A key given twice in one object is
 //! refused with 422 too ([`unique_keys`]): JSON leaves its meaning open.
@@ -259,11 +264,11 @@ pub struct InexactNumber {
 impl InexactNumber {
     pub fn message(&self) -> String {
         format!(
-            "the number {} cannot be kept exactly: numbers must be values an IEEE 754 double \
-             holds exactly (every whole number within ±9007199254740991 and every decimal of \
-             15 significant digits or fewer is; a longer one only when a double keeps every \
-             digit, as 10000000000000000 does and 9007199254740993 does not); send other \
-             values as strings",
+            "the number {} cannot be kept exactly: numbers must come back as sent through an \
+             IEEE 754 double (every whole number within ±9007199254740991 and every decimal \
+             of 15 significant digits or fewer does; a longer one only when it is the \
+             shortest way to write its double, as 10000000000000000 is and \
+             9007199254740993 is not); send other values as strings",
             self.text
         )
     }

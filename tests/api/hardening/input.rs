@@ -96,6 +96,21 @@ async fn numbers_a_double_cannot_hold_are_refused_everywhere() {
     let r = raw(body, "k-spelling").await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     assert_eq!(r.json["data"]["id"].as_i64(), Some(id), "{}", r.text);
+    // Long decimals that are the shortest form of their double come back as sent
+    // (serde_json's default parser read these one step off the nearest double).
+    let body = format!(
+        r#"{{"lease_version": {v}, "summary": "s", "state": {{"a": 51.248178375505404, "b": -93.31137037688033}}}}"#
+    );
+    let r = raw(body, "k-long-decimals").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.json["data"]["id"].as_i64().expect("checkpoint id");
+    let read = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
+    assert!(
+        read.text
+            .contains(r#""state":{"a":51.248178375505404,"b":-93.31137037688033}"#),
+        "{}",
+        read.text
+    );
     // In an integer field, a whole number an i64 cannot hold is out of range.
     let r = raw(
         r#"{"lease_version": 1e20, "summary": "s", "state": {}}"#.to_owned(),
