@@ -88,15 +88,12 @@ impl<T> Path<T> {
 /// digits, if any: every path parameter but `orbit` (an id or a slug) is one (an
 /// id, or a revision's `n`), as the OpenAPI document says (`minimum: 1`) and as the
 /// MCP tools read their ids, so `/tasks/0` is the same 422 as `get_task
-/// {"task_id": 0}`; and one resource has one URL, as an orbit's id has
-/// (`store::orbits::id_of`): `/tasks/01` and `/tasks/+1` are refused, not task 1.
+/// {"task_id": 0}`; and one resource has one URL ([`crate::model::plain_id`]):
+/// `/tasks/01` and `/tasks/+1` are refused, not task 1.
 fn bad_number(req: &HttpRequest) -> Option<(&str, &str)> {
-    req.match_info().iter().find(|(name, value)| {
-        *name != "orbit"
-            && value
-                .parse::<i64>()
-                .map_or(true, |n| n < 1 || n.to_string() != *value)
-    })
+    req.match_info()
+        .iter()
+        .find(|(name, value)| *name != "orbit" && crate::model::plain_id(value).is_none())
 }
 
 /// The 422 of a path parameter that does not parse or is not positive.

@@ -1,5 +1,6 @@
 //! Types shared by every resource: actors, timestamps, list envelopes, pagination,
-//! the `Validate` trait of request bodies and their canonical JSON form (`canonical`).
+//! how an id is written in a path (`plain_id`), the `Validate` trait of request
+//! bodies and their canonical JSON form (`canonical`).
 
 pub mod canonical;
 pub mod verbatim;
@@ -28,6 +29,19 @@ pub trait Validate {
 pub struct Limits {
     /// The smallest lease duration and handoff expiry, in seconds.
     pub min_seconds: i64,
+}
+
+/// A positive id written as the service writes it, in plain digits with no sign
+/// and no leading zero (`5`, not `+5`, `05`, `0` or `-1`), below 2^63: the one
+/// reading of an id in a path for every layer (REST paths, `http::params`; pages,
+/// `http::pages::path_id`; an orbit reference, `store::orbits::id_of`), so one
+/// resource has one URL.
+pub fn plain_id(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.is_empty() || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// A contributor as other objects name it. `name` and `model_claim` are self-declared.

@@ -65,15 +65,11 @@ fn to_orbit((o, creator): OrbitTuple) -> Orbit {
 
 /// The id an orbit reference names, if it names one by id: the one reading of a
 /// reference (a path's `{orbit}`, a body's or a tool's `orbit`) for every layer. An
-/// id is written in plain digits with no sign and no leading zero (`5`, not `+5`,
-/// `05` or `-1`); anything else is a slug (which starts with a letter, so never
-/// looks like an id; one that is not a slug names no orbit).
+/// id is written as every path id is ([`crate::model::plain_id`]); anything else is
+/// a slug (which starts with a letter, so never looks like an id; one that is not a
+/// slug names no orbit).
 pub fn id_of(reference: &str) -> Option<i64> {
-    let b = reference.as_bytes();
-    if b.is_empty() || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    reference.parse().ok()
+    crate::model::plain_id(reference)
 }
 
 /// Whether a reference can name no orbit at all: one holding U+0000, which no slug

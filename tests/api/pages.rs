@@ -513,6 +513,9 @@ async fn unknown_slugs_and_ids_are_an_html_404() {
         format!("/o/{}/tasks/999999", s.slug),
         format!("/o/{}/tasks/abc", s.slug),
         format!("/o/{}/tasks/0", s.slug),
+        // One page for one task: an id is written in plain digits.
+        format!("/o/{}/tasks/0{}", s.slug, s.open_task),
+        format!("/o/{}/tasks/%2B{}", s.slug, s.open_task),
         format!("/o/{}/tasks/{foreign_task}", s.slug),
         format!("/o/{}/problems/999999", s.slug),
         format!("/o/{}/contributions/999999", s.slug),

@@ -234,13 +234,11 @@ pub fn query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, PageError> {
     })
 }
 
-/// A positive id from a path segment; anything else names nothing → 404.
+/// A positive id from a path segment, written as the API writes ids
+/// ([`crate::model::plain_id`]: `/tasks/01` is not task 1's page); anything else
+/// names nothing → 404.
 pub fn path_id(segment: &str, what: &str) -> Result<i64, PageError> {
-    segment
-        .parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| PageError::not_found(what))
+    crate::model::plain_id(segment).ok_or_else(|| PageError::not_found(what))
 }
 
 /// A non-negative paging position from the query (`after`, `before`) → 400 when
