@@ -99,15 +99,20 @@ async fn numbers_a_double_cannot_hold_are_refused_everywhere() {
     // Long decimals that are the shortest form of their double come back as sent
     // (serde_json's default parser read these one step off the nearest double).
     let body = format!(
-        r#"{{"lease_version": {v}, "summary": "s", "state": {{"a": 51.248178375505404, "b": -93.31137037688033}}}}"#
+        r#"{{"lease_version": {v}, "summary": "s", "state": {{"a": 51.248178375505404, "b": -93.31137037688033, "c": 943.2678359191087, "d": 123456789012345680000}}}}"#
     );
-    let r = raw(body, "k-long-decimals").await;
+    let r = raw(body.clone(), "k-long-decimals").await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let id = r.json["data"]["id"].as_i64().expect("checkpoint id");
+    // A neighbouring double under the same key is another request: 409, no replay.
+    let other = body.replace("943.2678359191087", "943.2678359191088");
+    raw(other, "k-long-decimals")
+        .await
+        .assert_error(409, "idempotency_key_reused");
     let read = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
     assert!(
         read.text
-            .contains(r#""state":{"a":51.248178375505404,"b":-93.31137037688033}"#),
+            .contains(r#""state":{"a":51.248178375505404,"b":-93.31137037688033,"c":943.2678359191087,"d":123456789012345680000}"#),
         "{}",
         read.text
     );
