@@ -1,11 +1,16 @@
 -- The compound token types mapped again as migration 8 left them (`english`'s
--- stemmer for an ASCII compound, `simple` for the others), and the search
--- columns made again with them.
+-- stemmer for an ASCII compound, `simple` for the others), migration 28's
+-- `orbit_search_text`, and the search columns made again with them.
 
 ALTER TEXT SEARCH CONFIGURATION orbit_search
     ADD MAPPING FOR asciihword WITH english_stem;
 ALTER TEXT SEARCH CONFIGURATION orbit_search
     ADD MAPPING FOR hword, numhword WITH simple;
+
+CREATE OR REPLACE FUNCTION orbit_search_text(t text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+    AS $$ SELECT translate(t, E'</@.:\uE002\uE003\uE004\uE005\uE006',
+                             E'\uE002\uE003\uE004\uE005\uE006\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD') $$;
 
 ALTER TABLE contributions DROP COLUMN search;
 ALTER TABLE contributions ADD COLUMN search tsvector GENERATED ALWAYS AS (

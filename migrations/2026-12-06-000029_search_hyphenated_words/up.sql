@@ -8,11 +8,30 @@
 -- adjacent, in the text and in a query alike: `rate-limit` is the phrase `'rate'
 -- <-> 'limit'`, as `rate/limit` and `"rate limit"` are.
 --
+-- A hyphen before a digit is no compound to the parser: `utf-8`, `ISO-8601`,
+-- `x86-64` and `covid-19` were a word and a negative number (`'utf' <-> '-8'`), so
+-- `8601` or `iso 8601` did not find `ISO-8601`. `orbit_search_text` now also turns
+-- a `-` between a letter or digit and a digit into U+E007, a separator like
+-- migration 28's (given back as `-` in snippets: `store::search::SEPARATORS`; an
+-- original U+E007 becomes U+FFFD). A `-` that starts a number (`-12`, ` -3.5`)
+-- keeps its sign.
+--
 -- The stored `search` columns are made again with the new configuration (each
 -- table is rewritten once, its GIN index built again), as migration 28 did.
 
 ALTER TEXT SEARCH CONFIGURATION orbit_search
     DROP MAPPING FOR asciihword, hword, numhword;
+
+CREATE OR REPLACE FUNCTION orbit_search_text(t text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+    AS $$ SELECT CASE WHEN strpos(t, '-') = 0
+        THEN translate(t, E'</@.:\uE002\uE003\uE004\uE005\uE006\uE007',
+                       E'\uE002\uE003\uE004\uE005\uE006\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD')
+        ELSE regexp_replace(
+            translate(t, E'</@.:\uE002\uE003\uE004\uE005\uE006\uE007',
+                      E'\uE002\uE003\uE004\uE005\uE006\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD'),
+            '(?<=[[:alnum:]])-(?=[[:digit:]])', E'\uE007', 'g')
+        END $$;
 
 ALTER TABLE contributions DROP COLUMN search;
 ALTER TABLE contributions ADD COLUMN search tsvector GENERATED ALWAYS AS (

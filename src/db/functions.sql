@@ -804,7 +804,7 @@ END $$;
 -- `websearch_to_tsquery`, which reads a word, a phrase and a term of several words
 -- (`example.com/a`, a phrase of its words) as before; terms joined by `OR` form a
 -- group, and the groups are ANDed. A term with nothing searchable (a stop word,
--- punctuation) is left out. No query syntax is ever an error: where PostgreSQL's
+-- punctuation) is left out, and so is the `OR` that joined it to the term before. No query syntax is ever an error: where PostgreSQL's
 -- parser fails on a term (more than 32 operators in a row inside a phrase: "tsquery
 -- stack too small", an internal error), `q`'s plain words (`plainto_tsquery`) are
 -- the query. The query is read as the searched text is (`orbit_search_text`,
@@ -832,6 +832,9 @@ BEGIN
         END IF;
         v_unit := websearch_to_tsquery('orbit_search', orbit_search_text(v_term));
         IF numnode(v_unit) = 0 THEN
+            -- Left out, with the `OR` that joined it (`cat OR -the dog` is cat and
+            -- dog); an `OR` after it still joins what follows.
+            v_or := false;
             CONTINUE;
         END IF;
         IF v_negated THEN
@@ -850,7 +853,11 @@ BEGIN
     IF v_group IS NOT NULL THEN
         v_query := CASE WHEN v_query IS NULL THEN v_group ELSE v_query && v_group END;
     END IF;
-    RETURN coalesce(v_query, websearch_to_tsquery('orbit_search', ''));
+    IF v_query IS NULL THEN
+        -- The empty query, made only when needed (it raises a NOTICE).
+        RETURN websearch_to_tsquery('orbit_search', '');
+    END IF;
+    RETURN v_query;
 EXCEPTION WHEN internal_error THEN
     RETURN plainto_tsquery('orbit_search', orbit_search_text(p_q));
 END $$;

@@ -37,19 +37,26 @@ pub const PHRASE_CANDIDATES: i64 = 500;
 /// U+FFFD), so every marker in the output is ours.
 pub const START: char = '\u{E000}';
 pub const STOP: char = '\u{E001}';
-/// What `orbit_search_text` (migrations 27 and 28) makes of each character that
+/// What `orbit_search_text` (migrations 27, 28 and 29) makes of each character that
 /// PostgreSQL's parser would otherwise read into one token with its neighbours: `<`,
 /// or it drops `<...>` as a tag; `/`, `@`, `.` and `:`, or a URL, path, host name
-/// or e-mail address is one word. Each becomes a private-use character the parser
-/// separates words at (an original one became U+FFFD); a headline holds it where
-/// the text held the original, and a snippet turns it back.
-pub const SEPARATORS: [(char, char); 5] = [
+/// or e-mail address is one word; `-` between a letter or digit and a digit, or
+/// `utf-8` is a word and a negative number. Each becomes a private-use character
+/// the parser separates words at (an original one became U+FFFD); a headline holds
+/// it where the text held the original, and a snippet turns it back.
+pub const SEPARATORS: [(char, char); 6] = [
     ('\u{E002}', '<'),
     ('\u{E003}', '/'),
     ('\u{E004}', '@'),
     ('\u{E005}', '.'),
     ('\u{E006}', ':'),
+    ('\u{E007}', '-'),
 ];
+
+/// The spaces a title is trimmed of, as the inside of a regular expression's
+/// bracket expression: the locale's spaces and Unicode's other space characters.
+const SPACE: &str =
+    "[:space:]\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000\\uFEFF";
 
 /// The original character of a separator `orbit_search_text` put in, if `c` is one.
 pub fn original_of(c: char) -> Option<char> {
@@ -598,12 +605,14 @@ pub fn hits(
                 "NULL::text",
                 "t.status",
             ),
-            // A record has no title: its first line that is not blank, without the
-            // spaces around it (a CRLF's `\r` among them), at most 80 characters.
+            // A record has no title: its first line that is not blank, at most 80
+            // characters, without the spaces around it (a CRLF's `\r`, a no-break
+            // or ideographic space among them; trimmed after the cut).
             Kind::Memory => (
-                "coalesce(left(rtrim(substring(t.content FROM '\\S[^\\r\\n]*'), \
-                 E' \\t\\f\\r'), 80), '')"
-                    .to_owned(),
+                format!(
+                    "coalesce(regexp_replace(left(substring(t.content FROM '[^{SPACE}][^\\r\\n]*'), \
+                     80), '[{SPACE}]+$', ''), '')"
+                ),
                 "t.content",
                 "orbit_search_tags(t.tags)".to_owned(),
                 "t.created_at",

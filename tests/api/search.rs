@@ -182,6 +182,9 @@ async fn search_ranks_title_matches_first_and_matches_english_inflections() {
         "test OR spec flaky",
         "flaky test or spec",
         "flaky test OR spec -nothingsuch",
+        // A term with nothing searchable is left out with the OR that joined it.
+        "flaky OR -the test OR spec",
+        "flaky test OR the OR spec",
     ] {
         let found = hits(&search(&app, &[("q", q)]).await);
         let got: HashSet<(String, i64)> = ids_of(&found).into_iter().collect();
@@ -288,9 +291,17 @@ async fn search_filters_by_orbit_and_type_and_shapes_each_kind() {
     }
     // A record's title is its first line that is not blank, trimmed: a CRLF's `\r`
     // is not kept, and content that opens with blank lines still has one.
+    let long = format!("kumquat three {} tail", "x".repeat(65));
+    let cut = format!("kumquat three {}", "x".repeat(65));
     for (content, title) in [
         ("kumquat one\r\nsecond line", "kumquat one"),
         ("\n\n   \r\n\t kumquat two \t\nmore", "kumquat two"),
+        // Unicode's spaces are spaces, and the cut at 80 is trimmed too.
+        (
+            "\u{a0} \u{3000}\nkumquat\u{a0}four\u{3000}\r\nmore",
+            "kumquat\u{a0}four",
+        ),
+        (long.as_str(), cut.as_str()),
     ] {
         let id = memory(&app, &a.owner, a.orbit, content, &[]).await;
         let found = hits(&search(&app, &[("q", content), ("types", "MEMORY")]).await);
@@ -630,6 +641,21 @@ async fn a_hyphenated_word_is_searched_by_its_parts() {
     // Excluding a hyphenated word excludes its phrase only.
     let found = hits(&search(&app, &[("q", "rate -rate-limit"), ("orbit", "hyphens")]).await);
     assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), apart)]);
+    // A hyphen before a digit joins words too (the parser read `ISO-8601` as a word
+    // and the number -8601), and the snippet shows the text as stored.
+    let body = "Dates in ISO-8601, text in utf-8, builds for x86-64; down by -12 today.";
+    let dated = contribution(&app, &c.owner, c.orbit, "Formats", body).await;
+    for q in [
+        "8601", "iso 8601", "ISO-8601", "iso/8601", "utf-8", "x86-64", "64",
+    ] {
+        let found = hits(&search(&app, &[("q", q), ("orbit", "hyphens")]).await);
+        assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), dated)], "{q}");
+        let snippet = found[0]["snippet"].as_str().unwrap();
+        assert!(body.contains(snippet), "{q}: {snippet:?}");
+    }
+    // A number's own sign stays: `"-12"` (quoted; unquoted it excludes 12) finds it.
+    let found = hits(&search(&app, &[("q", "\"-12\""), ("orbit", "hyphens")]).await);
+    assert_eq!(ids_of(&found), [("CONTRIBUTION".into(), dated)]);
 }
 
 #[tokio::test]
