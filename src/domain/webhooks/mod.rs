@@ -83,6 +83,10 @@ impl crate::model::Validate for CreateWebhook {
         if !e.has("url") {
             match parse_url(&self.url) {
                 Err(why) => e.add("url", why),
+                Ok(url) if url.fragment().is_some() => e.add(
+                    "url",
+                    "must not carry a #fragment: it is never sent to the server",
+                ),
                 Ok(url) if url.as_str().chars().count() > 2000 => e.add(
                     "url",
                     "must be at most 2000 characters in its standard form (percent-encoded)",
@@ -161,11 +165,19 @@ pub fn parse_url(text: &str) -> Result<reqwest::Url, String> {
 
 /// A valid URL ([`parse_url`]) in the standard form it is stored, shown and
 /// delivered to: the URL parser's own serialization (`\` read as `/`, `.` and `..`
-/// segments resolved, other characters percent-encoded, the host lowercased), so
-/// the address a subscription shows is the one its deliveries go to. A URL that
-/// does not parse is returned as sent (the body check refused it already).
+/// segments resolved, other characters percent-encoded, the host lowercased),
+/// without a `#fragment` (never sent; a new subscription may not have one), so the
+/// address a subscription shows is the one its deliveries go to, a subscription
+/// stored as sent before 2026-12-06 included. A URL that does not parse is
+/// returned as stored (the body check refused it already).
 pub fn standard_url(text: &str) -> String {
-    parse_url(text).map_or_else(|_| text.to_owned(), String::from)
+    parse_url(text).map_or_else(
+        |_| text.to_owned(),
+        |mut url| {
+            url.set_fragment(None);
+            url.into()
+        },
+    )
 }
 
 /// A kind of [`KINDS`], or `prefix.*` for a prefix some kind has.
@@ -239,7 +251,7 @@ impl Webhook {
                 id: row.orbit_id,
                 slug: row.orbit_slug,
             },
-            url: row.url,
+            url: standard_url(&row.url),
             kinds: row.kinds,
             description: row.description,
             status: if row.status == "ACTIVE" {

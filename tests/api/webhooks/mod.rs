@@ -198,6 +198,35 @@ async fn a_webhook_url_is_shown_as_it_is_delivered_to() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(got[0].path, "/ho%C3%B6k");
+    // A fragment is never sent: refused in a new subscription, and not shown for
+    // one stored as sent before the standard form (its row written here so).
+    let r = app
+        .post(
+            "/api/v1/me/webhooks",
+            &owner.token,
+            json!({"orbit": orbit, "url": format!("{base}/hook#part")}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert!(
+        r.json["errors"]["url"][0]
+            .as_str()
+            .is_some_and(|m| m.contains("#fragment")),
+        "{}",
+        r.text
+    );
+    use diesel::RunQueryDsl;
+    let mut conn = app.db.conn();
+    diesel::sql_query(format!(
+        "UPDATE webhooks SET url = 'http:\\\\{}\\x\\..\\ho\u{f6}k#part' WHERE id = {id}",
+        base.trim_start_matches("http://")
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    let read = app
+        .get(&format!("/api/v1/me/webhooks/{id}"), Some(&owner.token))
+        .await;
+    assert_eq!(read.json["data"]["url"], standard.as_str(), "{}", read.text);
 }
 
 #[tokio::test]
