@@ -169,13 +169,22 @@ async fn a_bad_path_parameter_is_422() {
         );
     }
     let client = crate::mcp::connect(&app, &a).await;
-    for (tool, args) in [
-        ("get_task", json!({"task_id": 0})),
-        ("get_lease", json!({"lease_id": -1})),
-        ("get_revision", json!({"contribution_id": 1, "revision": 0})),
+    for (tool, args, field) in [
+        ("get_task", json!({"task_id": 0}), "task_id"),
+        ("get_lease", json!({"lease_id": -1}), "lease_id"),
+        (
+            "get_revision",
+            json!({"contribution_id": 1, "revision": 0}),
+            "revision",
+        ),
     ] {
         let r = crate::mcp::call(&client, tool, args).await;
-        crate::mcp::refused(&r, 422, "validation_failed", "fix_input");
+        let s = crate::mcp::refused(&r, 422, "validation_failed", "fix_input");
+        assert_eq!(
+            s["errors"][field],
+            json!(["must be a positive integer id"]),
+            "{tool}: {s}"
+        );
     }
 }
 

@@ -91,9 +91,13 @@ pub fn gate(req: &actix_web::HttpRequest, state: &AppState) -> Option<HttpRespon
     }
     use sha2::Digest;
     use subtle::ConstantTimeEq;
-    let presented = req
+    // Two `Authorization` lines present no one token (as on the API: 401).
+    let mut lines = req
         .headers()
-        .get(actix_web::http::header::AUTHORIZATION)
+        .get_all(actix_web::http::header::AUTHORIZATION);
+    let presented = lines
+        .next()
+        .filter(|_| lines.next().is_none())
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))

@@ -254,9 +254,13 @@ async fn check_message(
             if message.is_err() {
                 Some(jsonrpc_error(
                     400,
-                    if id.is_string() || id.is_number() { id } else { Value::Null },
+                    if id.is_string() || id.is_number() {
+                        id
+                    } else {
+                        Value::Null
+                    },
                     -32600,
-                    "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response.",
+                    "Invalid Request: the body is not a JSON-RPC 2.0 request or notification.",
                     None,
                 ))
             } else if matches!(

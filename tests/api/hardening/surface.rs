@@ -216,6 +216,21 @@ async fn metrics_can_require_a_token() {
     let r = app.get("/metrics", Some(SECRET)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert!(r.text.contains("orbit_http_requests_total"), "{}", r.text);
+    // The secret on one of two Authorization lines presents no one token.
+    let bearer = format!("Bearer {SECRET}");
+    let r = app
+        .send_raw(
+            reqwest::Method::GET,
+            "/metrics",
+            None,
+            &[
+                ("authorization", &bearer),
+                ("authorization", "Bearer other"),
+            ],
+            None,
+        )
+        .await;
+    r.assert_error(401, "unauthorized");
     // Everything else is unchanged.
     let r = app.get("/api/v1/orbits", None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
