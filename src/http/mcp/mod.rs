@@ -294,7 +294,10 @@ async fn check_message(
                     if value.get("method").and_then(Value::as_str) == Some("tools/call") {
                         // A tool's invalid input is a tool refusal, as for every other 422.
                         let tool = value.pointer("/params/name").and_then(Value::as_str);
-                        let result = refusal(&err, tool.is_some_and(catalogue::takes_key));
+                        let mut result = refusal(&err, tool.is_some_and(catalogue::takes_key));
+                        // As the SDK's handler sends results to the versions this
+                        // server speaks (all before 2026-07-28): no `resultType`.
+                        result.result_type = None;
                         HttpResponse::Ok()
                             .content_type("application/json")
                             .body(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
