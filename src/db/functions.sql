@@ -5,7 +5,7 @@
 -- migration still creates what holds data (tables, indexes, types such as
 -- `quick_effect`), and so does a function that a stored column or an index is
 -- built from (`orbit_search_tags`, migration 8, and `orbit_search_text`,
--- migrations 27 and 28: the column needs it to exist, and
+-- migrations 27, 28 and 29: the column needs it to exist, and
 -- replacing it would not recompute the rows); a function whose arguments or result
 -- type change needs a `DROP FUNCTION IF EXISTS` of the old signature just above
 -- its new definition.
@@ -804,12 +804,14 @@ END $$;
 -- `websearch_to_tsquery`, which reads a word, a phrase and a term of several words
 -- (`example.com/a`, a phrase of its words) as before; terms joined by `OR` form a
 -- group, and the groups are ANDed. A term with nothing searchable (a stop word,
--- punctuation) is left out, and so is the `OR` that joined it to the term before. No query syntax is ever an error: where PostgreSQL's
--- parser fails on a term (more than 32 operators in a row inside a phrase: "tsquery
--- stack too small", an internal error), `q`'s plain words (`plainto_tsquery`) are
--- the query. The query is read as the searched text is (`orbit_search_text`,
--- migrations 27 and 28: `<`, `/`, `@`, `.` and `:` are separators, so no tag's
--- words are dropped and a URL, path or address is its words).
+-- punctuation) is left out, and so is the `OR` that joined it to the term before.
+-- No query syntax is ever an error: where PostgreSQL's parser fails on a term
+-- (more than 32 operators in a row inside a phrase: "tsquery stack too small", an
+-- internal error), `q`'s plain words (`plainto_tsquery`) are the query. The query
+-- is read as the searched text is (`orbit_search_text`, migrations 27, 28 and 29:
+-- `<`, `/`, `@`, `.`, `:` and a `-` before a digit are separators, so no tag's
+-- words are dropped, a URL, path or address is its words, and `ISO-8601` is `iso`
+-- and `8601`).
 CREATE OR REPLACE FUNCTION search_tsquery(p_q text) RETURNS tsquery
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
