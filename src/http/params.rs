@@ -96,7 +96,7 @@ fn bad_number(req: &HttpRequest) -> Option<(&str, &str)> {
         .find(|(name, value)| *name != "orbit" && crate::model::plain_id(value).is_none())
 }
 
-/// The 422 of a path parameter that does not parse or is not positive.
+/// The 422 of a path parameter that is no plain positive id ([`bad_number`]).
 fn invalid_path(req: &HttpRequest) -> ApiError {
     let message = bad_number(req)
         .map(|(name, value)| {

@@ -965,3 +965,38 @@ async fn a_key_sent_to_a_tool_that_takes_none_is_refused() {
     client.cancel().await.ok();
     stranger.cancel().await.ok();
 }
+
+/// A `null` argument is a left-out one: tool-calling clients send every optional
+/// argument, `null` when unused. `duration_seconds: null` is the default 900 (a
+/// REST body's `null` there is 422), `to_contributor_id: null` an open handoff, and
+/// a required argument sent as `null` "is required".
+#[tokio::test]
+async fn a_null_argument_is_left_out() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-nulls", 1).await;
+    let member = &c.members[0];
+    let t = task(&app, &c.owner, c.orbit, "nulls").await;
+    let client = connect(&app, member).await;
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "duration_seconds": null, "idempotency_key": key()}),
+    )
+    .await;
+    let lease = ok(&r)["data"].clone();
+    let acquired =
+        chrono::DateTime::parse_from_rfc3339(lease["acquired_at"].as_str().unwrap()).unwrap();
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(lease["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!((expires - acquired).num_seconds(), 900, "{lease}");
+    let r = call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": null, "summary": "s", "state": {},
+               "idempotency_key": key()}),
+    )
+    .await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert_eq!(s["errors"]["lease_version"], json!(["is required"]), "{s}");
+    client.cancel().await.ok();
+}

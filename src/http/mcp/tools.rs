@@ -251,10 +251,16 @@ pub async fn call(
     // (issue 26, finding 10).
     let mut arguments = Value::Object(arguments);
     crate::http::json::integral_floats_to_integers(&mut arguments);
-    let arguments = match arguments {
+    let mut arguments = match arguments {
         Value::Object(map) => map,
         _ => Map::new(),
     };
+    // An argument given as `null` is one left out (a required one is then
+    // "is required"): tool-calling clients commonly send every optional argument,
+    // `null` when unused (OpenAI's strict function calling does), where a REST
+    // client leaves the field out. So `duration_seconds: null` is the default here,
+    // while a REST body's `null` where its schema says integer is a 422.
+    arguments.retain(|_, v| !v.is_null());
     let limits = leases::limits(&state.config);
     run(
         state,
