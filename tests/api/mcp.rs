@@ -202,6 +202,18 @@ async fn initialize_and_list_every_tool_with_an_input_schema() {
             "{} needs a description an LLM can act on",
             t.name
         );
+        // A write is idempotent exactly when it takes a key (create_orbit's is
+        // optional: repeated with its key it replays, without one its slug is
+        // taken); memory records take none and are not.
+        let a = t.annotations.as_ref().expect("annotations");
+        if a.read_only_hint != Some(true) {
+            assert_eq!(
+                a.idempotent_hint,
+                Some(schema["properties"].get("idempotency_key").is_some()),
+                "{}",
+                t.name
+            );
+        }
     }
     let schema_of = |name: &str| {
         let t = tools.iter().find(|t| t.name == name).unwrap();

@@ -914,7 +914,9 @@ pub fn catalogue() -> &'static [Tool] {
                     Input::Write { op, .. } => ToolAnnotations::new()
                         .read_only(false)
                         .destructive(DESTRUCTIVE.contains(&d.name))
-                        .idempotent(op.rule == KeyRule::Required),
+                        // Repeated with its key a call replays (an optional key
+                        // too: `create_orbit` without one finds its slug taken).
+                        .idempotent(op.rule.reads_key()),
                 }
                 .open_world(false);
                 Tool::new(d.name, d.description, input_schema(&d.input, &components))
