@@ -17,7 +17,8 @@
 //! double this rule judged. An
 //! integral number (`1643.0`) counts as an integer wherever one is expected, as in
 //! JSON Schema (issue 26, findings 2 and 10). A key given twice in one object is
-//! refused with 422 too ([`unique_keys`]): JSON leaves its meaning open.
+//! refused with 422 too: JSON leaves its meaning open. One reading of the text
+//! ([`fit_text`]) finds both.
 //!
 //! [`parse_query`] reads a query string and, like a body, reports every bad
 //! parameter at once in plain words (contract section 17); `params::Query` is its
@@ -113,8 +114,8 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
         let value = serde_json::from_slice(bytes).map_err(|e| {
             // `1e400` is valid JSON that serde_json refuses: the number rule says why.
             if e.to_string().starts_with("number out of range") {
-                if let Err(bad) = exact_numbers(bytes) {
-                    return bad.into_error();
+                if let Err(unfit) = fit_text(bytes) {
+                    return unfit.into_error();
                 }
             }
             ApiError::invalid(
@@ -122,11 +123,8 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
                 format!("The body is not valid JSON: {e}."),
             )
         })?;
-        if let Err(bad) = exact_numbers(bytes) {
-            return Err(bad.into_error());
-        }
-        if let Err(twice) = unique_keys(bytes) {
-            return Err(twice.into_error());
+        if let Err(unfit) = fit_text(bytes) {
+            return Err(unfit.into_error());
         }
         value
     };
@@ -156,91 +154,6 @@ impl DuplicateKey {
             &field_at(&self.keys, depth),
             format!("the key {key:?} is given more than once in one object: give each key once"),
         )
-    }
-
-    pub fn into_error(self) -> ApiError {
-        self.into_error_at(0)
-    }
-}
-
-/// The first key given twice in one object of a JSON text (already known to be
-/// valid JSON), if any.
-pub fn unique_keys(bytes: &[u8]) -> Result<(), DuplicateKey> {
-    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-
-    struct Walk<'a> {
-        path: &'a mut Vec<String>,
-        found: &'a mut Option<Vec<String>>,
-    }
-    impl<'de> DeserializeSeed<'de> for Walk<'_> {
-        type Value = ();
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl<'de> Visitor<'de> for Walk<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            while seq
-                .next_element_seed(Walk {
-                    path: &mut *self.path,
-                    found: &mut *self.found,
-                })?
-                .is_some()
-            {}
-            Ok(())
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if !seen.insert(key.clone()) && self.found.is_none() {
-                    let mut at = self.path.clone();
-                    at.push(key.clone());
-                    *self.found = Some(at);
-                }
-                self.path.push(key);
-                map.next_value_seed(Walk {
-                    path: &mut *self.path,
-                    found: &mut *self.found,
-                })?;
-                self.path.pop();
-            }
-            Ok(())
-        }
-    }
-
-    let (mut path, mut found) = (Vec::new(), None);
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    // Not JSON (or past serde_json's depth): the caller's parse says so.
-    let _ = Walk {
-        path: &mut path,
-        found: &mut found,
-    }
-    .deserialize(&mut de);
-    match found {
-        Some(keys) => Err(DuplicateKey { keys }),
-        None => Ok(()),
     }
 }
 
@@ -286,18 +199,63 @@ impl InexactNumber {
     }
 }
 
-/// Checks every number token of a JSON text (already known to be valid JSON) for
-/// an exact round trip through an IEEE 754 double.
-pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
-    // One entry per open container: `Some(key)` for an object (its current key),
-    // `None` for an array; and whether the next string is a key.
-    let mut open: Vec<Option<String>> = Vec::new();
+/// What keeps a valid JSON text from being read as a body: a number that does not
+/// come back as sent, or a key given twice in one object.
+#[derive(Debug)]
+pub enum Unfit {
+    Number(InexactNumber),
+    Key(DuplicateKey),
+}
+
+impl Unfit {
+    /// The object keys leading to the problem, from the top.
+    pub fn keys(&self) -> &[String] {
+        match self {
+            Unfit::Number(n) => &n.keys,
+            Unfit::Key(k) => &k.keys,
+        }
+    }
+
+    /// 422 `validation_failed` naming the field at `depth` of the keys.
+    pub fn into_error_at(self, depth: usize) -> ApiError {
+        match self {
+            Unfit::Number(n) => n.into_error_at(depth),
+            Unfit::Key(k) => k.into_error_at(depth),
+        }
+    }
+
+    /// [`Unfit::into_error_at`] for a request body.
+    pub fn into_error(self) -> ApiError {
+        self.into_error_at(0)
+    }
+}
+
+/// An object being read by [`fit_text`]: its current key, and the keys seen.
+struct OpenObject {
+    key: String,
+    seen: std::collections::HashSet<String>,
+}
+
+/// Reads a JSON text (already known to be valid JSON) once, for the first problem
+/// in it: a number token without an exact round trip through an IEEE 754 double
+/// ([`survives_double`]), or a key given twice in one object (keys compared as
+/// decoded, so `"t\u0069tle"` is `"title"`).
+pub fn fit_text(bytes: &[u8]) -> Result<(), Unfit> {
+    // One entry per open container: `Some` for an object, `None` for an array;
+    // and whether the next string is a key.
+    let mut open: Vec<Option<OpenObject>> = Vec::new();
+    let path = |open: &[Option<OpenObject>]| -> Vec<String> {
+        open.iter().flatten().map(|o| o.key.clone()).collect()
+    };
     let mut expect_key = false;
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'{' => {
-                open.push(Some(String::new()));
+                open.push(Some(OpenObject {
+                    key: String::new(),
+                    seen: Default::default(),
+                }));
                 expect_key = true;
                 i += 1;
             }
@@ -327,9 +285,15 @@ pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
                 }
                 i += 1;
                 if expect_key {
-                    if let Some(Some(key)) = open.last_mut() {
-                        *key = serde_json::from_slice::<String>(&bytes[start..i.min(bytes.len())])
-                            .unwrap_or_default();
+                    if let Some(Some(object)) = open.last_mut() {
+                        let key =
+                            serde_json::from_slice::<String>(&bytes[start..i.min(bytes.len())])
+                                .unwrap_or_default();
+                        let first = object.seen.insert(key.clone());
+                        object.key = key;
+                        if !first {
+                            return Err(Unfit::Key(DuplicateKey { keys: path(&open) }));
+                        }
                     }
                 }
             }
@@ -342,10 +306,10 @@ pub fn exact_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
                 }
                 let text = std::str::from_utf8(&bytes[start..i]).unwrap_or("");
                 if !survives_double(text) {
-                    return Err(InexactNumber {
-                        keys: open.iter().flatten().cloned().collect(),
+                    return Err(Unfit::Number(InexactNumber {
+                        keys: path(&open),
                         text: text.chars().take(40).collect(),
-                    });
+                    }));
                 }
             }
             _ => i += 1,
@@ -987,20 +951,30 @@ mod tests {
 
     #[test]
     fn an_inexact_number_is_found_with_its_keys() {
-        let bad =
-            exact_numbers(br#"{"a": "9007199254740993", "state": {"n": [1, 9007199254740993]}}"#)
-                .unwrap_err();
-        assert_eq!(bad.keys, ["state", "n"]);
-        assert_eq!(bad.text, "9007199254740993");
+        let bad = fit_text(br#"{"a": "9007199254740993", "state": {"n": [1, 9007199254740993]}}"#)
+            .unwrap_err();
+        assert_eq!(bad.keys(), ["state", "n"]);
+        assert!(matches!(&bad, Unfit::Number(n) if n.text == "9007199254740993"));
         assert!(bad
             .into_error()
             .body
             .errors
             .is_some_and(|e| e.contains_key("state")));
-        let bad = exact_numbers(br#"{"params": {"arguments": [{"x": 1}], "y": {"z": 1e999}}}"#)
-            .unwrap_err();
-        assert_eq!(bad.keys, ["params", "y", "z"]);
-        assert!(exact_numbers(br#"{"x": "\"1e400", "y": [0.1, 2]}"#).is_ok());
+        let bad =
+            fit_text(br#"{"params": {"arguments": [{"x": 1}], "y": {"z": 1e999}}}"#).unwrap_err();
+        assert_eq!(bad.keys(), ["params", "y", "z"]);
+        assert!(fit_text(br#"{"x": "\"1e400", "y": [0.1, 2]}"#).is_ok());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_found_with_its_keys() {
+        let twice = fit_text(br#"{"a": {"b": 1, "c": [{"d": 1, "d": 2}]}, "e": 3}"#).unwrap_err();
+        assert!(matches!(twice, Unfit::Key(_)));
+        assert_eq!(twice.keys(), ["a", "c", "d"]);
+        // Compared as decoded; the same key in two objects, or as a value, is fine.
+        let escaped = fit_text(br#"{"title": 1, "t\u0069tle": 2}"#).unwrap_err();
+        assert_eq!(escaped.keys(), ["title"]);
+        assert!(fit_text(br#"{"a": {"k": 1}, "b": {"k": "k"}, "k": ["k", {"k": 0}]}"#).is_ok());
     }
 
     #[test]

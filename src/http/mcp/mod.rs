@@ -17,8 +17,8 @@
 //! parse error (-32700), JSON that is not a JSON-RPC message the invalid-request
 //! error (-32600), both HTTP 400 as the transport specification asks; a message
 //! with a number a double does not hold exactly, or a key given twice in one
-//! object, is refused as every body is (`unfit_json`: `json::exact_numbers`, issue
-//! 26, and `json::unique_keys`).
+//! object, is refused as every body is (`unfit_json`: `json::fit_text`, issue
+//! 26).
 //!
 //! Every tool calls the same domain functions as the REST handlers, through
 //! `domain::write::run` for writes: one transaction, the same fence, the same revision
@@ -413,15 +413,9 @@ fn unfit_json(bytes: &[u8]) -> Option<ApiError> {
             0
         }
     };
-    if let Err(bad) = crate::http::json::exact_numbers(bytes) {
-        let at = depth(&bad.keys);
-        return Some(bad.into_error_at(at));
-    }
-    if let Err(twice) = crate::http::json::unique_keys(bytes) {
-        let at = depth(&twice.keys);
-        return Some(twice.into_error_at(at));
-    }
-    None
+    let unfit = crate::http::json::fit_text(bytes).err()?;
+    let at = depth(unfit.keys());
+    Some(unfit.into_error_at(at))
 }
 
 /// What is wrong with a `tools/call`'s params, in plain words (serde's would name
