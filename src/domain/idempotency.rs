@@ -227,24 +227,26 @@ impl Gate {
     /// answers `Reply::replayed(stored)`.
     pub fn claim(&mut self, conn: &mut PgConnection, params: &[i64]) -> TxResult<Option<Stored>> {
         self.checked = true;
-        let key =
-            match (&self.header.0, self.op.rule) {
-                (_, KeyRule::Ignored) | (None, KeyRule::Optional) => return Ok(None),
-                (None, KeyRule::Required) => {
-                    return Err(ApiError::invalid(
-                        "idempotency_key_required",
-                        "This write needs an Idempotency-Key header: a new key for each intended \
+        let key = match (&self.header.0, self.op.rule) {
+            (_, KeyRule::Ignored) | (None, KeyRule::Optional) => return Ok(None),
+            (None, KeyRule::Required) => {
+                return Err(ApiError::invalid(
+                    "idempotency_key_required",
+                    "This write needs an Idempotency-Key header: a new key for each intended \
                      action, the same key for its retries.",
-                    )
-                    .into())
-                }
-                (Some(Err(())), _) => return Err(ApiError::invalid(
-                    "idempotency_key_invalid",
-                    "The Idempotency-Key must be one header of 1 to 128 visible ASCII characters.",
                 )
-                .into()),
-                (Some(Ok(key)), _) => key.clone(),
-            };
+                .into())
+            }
+            (Some(Err(())), _) => {
+                return Err(ApiError::invalid(
+                    "idempotency_key_invalid",
+                    "The Idempotency-Key must be one header of 1 to 128 visible ASCII \
+                     characters.",
+                )
+                .into())
+            }
+            (Some(Ok(key)), _) => key.clone(),
+        };
         let fingerprint = self.fingerprint(params);
         let scope = self.op.scope();
         // `claim_key` (src/db/functions.sql) is shared with the quick writes

@@ -197,11 +197,10 @@ fn mark_optional_bodies(doc: &mut OpenApi) {
 }
 
 /// Path templates with their methods, matched against the path as actix routes it
-/// (`match_info().as_str()`: `/api/v1/m%65` is `/me`), used to tell 405 from 404,
-/// their documented
-/// query parameters per method, used to name a query error's field and to refuse a
-/// query where none is taken ([`no_stray_query`]), and which methods need a token,
-/// used to put a 401 before a parameter's 422 (`params`).
+/// (`match_info().as_str()`: `/api/v1/m%65` is `/me`), used to tell 405 from 404;
+/// their documented query parameters per method, used to name a query error's
+/// field and to refuse a query where none is taken ([`no_stray_query`]); and which
+/// methods need a token, used to put a 401 before a parameter's 422 (`params`).
 #[derive(Clone)]
 pub struct KnownRoutes(std::sync::Arc<Vec<KnownRoute>>);
 

@@ -564,8 +564,9 @@ pub fn hits(
     tsquery: &str,
     ids: &[(Kind, i64)],
 ) -> QueryResult<Vec<HitRow>> {
-    // Text whose own markers could be taken for ours has them replaced first; `<`
-    // is read as the search column reads it (`SEPARATORS`).
+    // Text whose own markers could be taken for ours has them replaced first; the
+    // text is read as the search column reads it (`orbit_search_text`, whose
+    // stand-ins `unmark` gives back: `SEPARATORS`).
     let clean = |col: &str| {
         format!("translate(orbit_search_text({col}), E'\\uE000\\uE001', E'\\uFFFD\\uFFFD')")
     };
