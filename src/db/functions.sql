@@ -163,14 +163,24 @@ BEGIN
 END $$;
 
 -- A contributor's role in an orbit, NULL when they are not a member: who may write
--- in an orbit (`domain::access` words the 403; a quick write declines).
--- (PL/pgSQL, as the two verdicts below: its statement's plan is kept for the
--- session, where a SQL function with a FROM would be planned at every call.)
+-- in an orbit (`domain::access` words the 403; a quick write declines). The one
+-- check of every write that depends on a membership, the writer's own or a named
+-- recipient's: it locks the membership row `FOR SHARE` until the write commits, so
+-- a removal or a role change, which locks the row for update before it reads
+-- anything it acts on (`store::orbits::lock_change`), is ordered wholly before or
+-- wholly after the write: a removed member's write never commits after its
+-- removal, and the removal ends every lease the member's committed writes hold.
+-- (Writers share the lock: one member's writes do not wait for each other.) Reads
+-- do not ask it (`store::orbits::role_of`). VOLATILE, as a row lock needs; PL/pgSQL,
+-- as the two verdicts below: its statement's plan is kept for the session.
 CREATE OR REPLACE FUNCTION member_role(p_orbit bigint, p_contributor bigint) RETURNS text
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_role text;
 BEGIN
-    RETURN (SELECT m.role FROM memberships m
-            WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor);
+    SELECT m.role INTO v_role FROM memberships m
+    WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor FOR SHARE;
+    RETURN v_role;
 END $$;
 
 -- A token's use is recorded at most once a minute: true when it is due (never

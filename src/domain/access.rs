@@ -1,13 +1,16 @@
 //! Who may do what in an orbit: the one owner of the membership and role checks
 //! (contract sections 4 and 5), and of the 404 for an orbit named by slug or id.
-//! Every write and read that needs one calls these; the answers are worded here.
+//! Every write and read that needs one calls these; the answers are worded here. A
+//! write's check holds the membership until the write commits (the SQL function
+//! `member_role`), so a concurrent removal or role change is ordered wholly before
+//! or after it; a read's takes no lock.
 
 use diesel::PgConnection;
 
 use crate::db::TxResult;
 use crate::error::ApiError;
 use crate::model::Role;
-use crate::store::orbits::{find, find_with_role, role_of, Orbit};
+use crate::store::orbits::{find, find_with_role, held_role, role_of, Orbit};
 
 /// How a reference names an orbit by id (`store::orbits::id_of`), for the layers
 /// above the store.
@@ -19,7 +22,7 @@ pub fn resolve(conn: &mut PgConnection, reference: &str) -> TxResult<Orbit> {
 }
 
 /// The orbit named by id or slug (404) of which the caller is a member (403): what
-/// every write into an orbit checks first.
+/// every write into an orbit checks first (the membership held: module doc).
 pub fn member_orbit(
     conn: &mut PgConnection,
     reference: &str,
@@ -31,13 +34,25 @@ pub fn member_orbit(
     Ok(orbit)
 }
 
-/// Writing inside an orbit needs membership: the caller's role, or 403.
+/// [`member_orbit`] for a read (`find_work`): the same answers, no lock.
+pub fn member_orbit_read(
+    conn: &mut PgConnection,
+    reference: &str,
+    contributor_id: i64,
+) -> TxResult<Orbit> {
+    let orbit = resolve(conn, reference)?;
+    member_or_forbidden(role_of(conn, orbit.id, contributor_id)?)?;
+    Ok(orbit)
+}
+
+/// Writing inside an orbit needs membership: the caller's role (held: module
+/// doc), or 403.
 pub fn require_member(
     conn: &mut PgConnection,
     orbit_id: i64,
     contributor_id: i64,
 ) -> TxResult<Role> {
-    member_or_forbidden(role_of(conn, orbit_id, contributor_id)?)
+    member_or_forbidden(held_role(conn, orbit_id, contributor_id)?)
 }
 
 /// A role already looked up, or 403 `not_a_member`.

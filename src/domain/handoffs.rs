@@ -106,13 +106,15 @@ pub fn offer(
     // replay answers what the first request was told even after they left (contract
     // section 5), so alone this problem is judged after the key. Beside another
     // problem it is reported with it (every problem at once): a request with any
-    // other problem was never done, so it has nothing to replay.
+    // other problem was never done, so it has nothing to replay. The recipient's
+    // membership is held (`held_role`): a removal of the recipient comes wholly
+    // before the offer, or after it and supersedes it.
     let mut stranger = false;
     if let Some(to) = value.to_contributor_id {
         if to == caller.id() {
             errors.add("to_contributor_id", "must be another member, not yourself");
         } else {
-            stranger = orbit_store::role_of(conn, orbit_id, to)?.is_none();
+            stranger = orbit_store::held_role(conn, orbit_id, to)?.is_none();
         }
     }
     const NOT_A_MEMBER: &str = "must be a member of this orbit";

@@ -5,6 +5,8 @@
 //! Roles `OWNER > MAINTAINER > CONTRIBUTOR`. A MAINTAINER may add, change and remove
 //! CONTRIBUTORs and MAINTAINERs; only an OWNER may grant, change or remove OWNER.
 //! Any member may remove itself. The last OWNER cannot be removed or demoted.
+//! A change locks the membership it changes before anything else
+//! (`store::orbits::lock_change`), so it is ordered against that member's writes.
 
 use actix_web::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -95,12 +97,12 @@ pub fn put(
     let orbit = access::resolve(conn, reference)?;
     let target = contributors_store::find(conn, target_id)?
         .ok_or_else(|| ApiError::not_found("Contributor"))?;
-    let caller_role = access::require_member(conn, orbit.id, caller.id())?;
+    let (caller_role, current) = store::lock_change(conn, orbit.id, caller.id(), target.id)?;
+    let caller_role = access::member_or_forbidden(caller_role)?;
     if caller_role == Role::Contributor {
         return Err(forbidden_for(caller_role).into());
     }
     let new_role = body?.role;
-    let current = store::role_of(conn, orbit.id, target.id)?;
     if !may_manage(caller_role, new_role) || current.is_some_and(|c| !may_manage(caller_role, c)) {
         return Err(forbidden_for(caller_role).into());
     }
@@ -173,7 +175,8 @@ pub fn remove(
 ) -> TxResult<Reply> {
     let orbit = access::resolve(conn, reference)?;
     contributors_store::find(conn, target_id)?.ok_or_else(|| ApiError::not_found("Contributor"))?;
-    let caller_role = access::require_member(conn, orbit.id, caller.id())?;
+    let (caller_role, _) = store::lock_change(conn, orbit.id, caller.id(), target_id)?;
+    let caller_role = access::member_or_forbidden(caller_role)?;
     let Some(member) = store::member(conn, orbit.id, target_id)? else {
         return Err(ApiError::not_found("Membership").into());
     };
@@ -183,7 +186,10 @@ pub fn remove(
     }
     body?;
     claim!(gate, conn, &[orbit.id, target_id]);
-    // Lock order: the member's tasks (inside) before the membership rows.
+    // The membership was locked first (`lock_change`): the member's writes under
+    // way have committed, and its later ones wait for this removal and are then
+    // refused, so the work released here is all there is. Then the member's tasks
+    // (inside), then the OWNER rows.
     let released = crate::store::tasks::release_member_work(conn, orbit.id, target_id)?;
     check_last_owner(conn, orbit.id, Some(current), None)?;
     if !store::delete_member(conn, orbit.id, target_id)? {

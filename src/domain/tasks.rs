@@ -250,7 +250,7 @@ pub async fn find_work(
         let caller = bearer.require(conn, &tokens)?;
         let orbit_ids: Vec<i64> = match &reference {
             Some(r) => {
-                let orbit = access::member_orbit(conn, r, caller.id())?;
+                let orbit = access::member_orbit_read(conn, r, caller.id())?;
                 vec![orbit.id]
             }
             None => contributor_store::member_orbit_ids(conn, caller.id())?,

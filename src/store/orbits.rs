@@ -96,8 +96,18 @@ pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbi
         .map(|o| o.map(to_orbit))
 }
 
+diesel::define_sql_function! {
+    /// The SQL function `member_role` (src/db/functions.sql): a role a write depends
+    /// on, its membership row share-locked until the write commits.
+    fn member_role(
+        orbit: diesel::sql_types::BigInt,
+        contributor: diesel::sql_types::BigInt,
+    ) -> diesel::sql_types::Nullable<diesel::sql_types::Text>;
+}
+
 /// Like [`find`], with `contributor_id`'s role in the orbit (`None`: not a member),
-/// in one statement: what a write into an orbit reads first.
+/// in one statement: what a write into an orbit reads first. The role is held
+/// ([`held_role`]).
 pub fn find_with_role(
     conn: &mut PgConnection,
     reference: &str,
@@ -106,17 +116,13 @@ pub fn find_with_role(
     if names_nothing(reference) {
         return Ok(None);
     }
-    let member = memberships::table.on(memberships::orbit_id
-        .eq(orbits::id)
-        .and(memberships::contributor_id.eq(contributor_id)));
     let columns = (
         OrbitRow::as_select(),
         actor_columns(),
-        memberships::role.nullable(),
+        member_role(orbits::id, contributor_id),
     );
     let query = orbits::table
         .inner_join(contributors::table)
-        .left_join(member)
         .select(columns);
     let row = match id_of(reference) {
         Some(id) => query
@@ -187,6 +193,9 @@ pub fn insert(
     Ok(id)
 }
 
+/// `contributor_id`'s role in the orbit as a read sees it, taking no lock: for a
+/// read, or a write that does not depend on it (a join). A write that depends on
+/// it asks [`held_role`].
 pub fn role_of(
     conn: &mut PgConnection,
     orbit_id: i64,
@@ -198,6 +207,53 @@ pub fn role_of(
         .first(conn)
         .optional()?;
     Ok(role.and_then(|r| Role::parse(&r)))
+}
+
+/// `contributor_id`'s role in the orbit for a write that depends on it (the
+/// writer's own, or a recipient's it names): its membership row stays share-locked
+/// until the write commits (the SQL function `member_role`), so a removal or a
+/// role change ([`lock_change`]) comes wholly before or wholly after the write.
+pub fn held_role(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    contributor_id: i64,
+) -> QueryResult<Option<Role>> {
+    let role: Option<String> =
+        diesel::select(member_role(orbit_id, contributor_id)).get_result(conn)?;
+    Ok(role.and_then(|r| Role::parse(&r)))
+}
+
+/// What a membership change (a role change or a removal, `domain::members`) reads
+/// first: the caller's and the target's roles, their rows and every OWNER row of
+/// the orbit (the last-owner rule reads them) locked `FOR UPDATE` in one statement,
+/// in contributor-id order. So the change waits for the writes under way that hold
+/// those memberships (the SQL function `member_role`), every such write asked for
+/// later waits for the change, and two changes never wait for each other in a
+/// cycle (two OWNERs removing themselves at once queue). Returns (the caller's
+/// role, the target's role).
+pub fn lock_change(
+    conn: &mut PgConnection,
+    orbit_id: i64,
+    caller_id: i64,
+    target_id: i64,
+) -> QueryResult<(Option<Role>, Option<Role>)> {
+    let rows: Vec<(i64, String)> = memberships::table
+        .filter(memberships::orbit_id.eq(orbit_id))
+        .filter(
+            memberships::contributor_id
+                .eq_any([caller_id, target_id])
+                .or(memberships::role.eq(Role::Owner.as_str())),
+        )
+        .order(memberships::contributor_id.asc())
+        .select((memberships::contributor_id, memberships::role))
+        .for_update()
+        .load(conn)?;
+    let role = |id: i64| {
+        rows.iter()
+            .find(|(c, _)| *c == id)
+            .and_then(|(_, r)| Role::parse(r))
+    };
+    Ok((role(caller_id), role(target_id)))
 }
 
 /// A member of an orbit.
@@ -267,8 +323,9 @@ pub fn member(
         .map(|o| o.map(to_member))
 }
 
-/// Locks the orbit's OWNER rows (the last-owner rule reads them) and the target's
-/// row, in contributor-id order, and returns the number of owners.
+/// Locks the orbit's OWNER rows in contributor-id order and returns their number
+/// (the last-owner rule). After [`lock_change`] these are held already, but for an
+/// OWNER a change committed while that lock waited.
 pub fn lock_owners(conn: &mut PgConnection, orbit_id: i64) -> QueryResult<i64> {
     let owners: Vec<i64> = memberships::table
         .filter(memberships::orbit_id.eq(orbit_id))

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::harness::{Agent, Resp, TestApp};
+use crate::harness::{Agent, Resp, RowLock, TestApp};
 
 async fn put_role(app: &TestApp, by: &Agent, orbit: &str, target: i64, role: &str) -> Resp {
     app.put(
@@ -393,4 +393,221 @@ async fn members_list_pages_by_contributor_id() {
     app.get("/api/v1/orbits/nope/members", None)
         .await
         .assert_error(404, "not_found");
+}
+
+/// The sessions of this test's database waiting for a lock now.
+fn lock_waiters(conn: &mut diesel::PgConnection) -> i64 {
+    crate::harness::sql_i64(
+        conn,
+        "SELECT count(*) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+}
+
+/// An app with two write lanes per orbit: a write the test holds on a row stalls
+/// its lane, and a membership change runs in the other, as it would on another
+/// instance.
+async fn two_lanes() -> TestApp {
+    TestApp::spawn_with(|c| c.write_lanes = 2).await
+}
+
+/// Sends `write` (a member's write, which the test holds on a task row, `held`,
+/// after its membership check) and, once it waits there, `change` (a membership
+/// change); lets the task row go once the change has answered or waits for a lock
+/// itself. Returns both answers (status, body).
+async fn change_during_write(
+    app: &TestApp,
+    held: RowLock,
+    write: reqwest::RequestBuilder,
+    change: reqwest::RequestBuilder,
+) -> ((u16, Value), (u16, Value)) {
+    let send = |req: reqwest::RequestBuilder| {
+        tokio::spawn(async move {
+            let r = req.send().await.expect("send");
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.expect("a JSON answer"))
+        })
+    };
+    let write = send(write);
+    let mut monitor = app.db.conn();
+    assert_eq!(
+        held.waiters(&mut monitor),
+        1,
+        "the write never reached the task row"
+    );
+    let change = send(change);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !change.is_finished() && lock_waiters(&mut monitor) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the change never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    held.release();
+    (
+        write.await.expect("the write"),
+        change.await.expect("the change"),
+    )
+}
+
+/// A keyed POST as a [`reqwest::RequestBuilder`], for [`change_during_write`].
+fn keyed(app: &TestApp, path: &str, token: &str, body: Value) -> reqwest::RequestBuilder {
+    app.client
+        .post(app.url(path))
+        .bearer_auth(token)
+        .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+        .json(&body)
+}
+
+/// The revision of the feed's one change of `kind`.
+async fn revision_of(app: &TestApp, orbit: i64, kind: &str) -> i64 {
+    let feed = crate::work::changes(app, orbit).await;
+    let found: Vec<&Value> = feed.iter().filter(|c| c["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "{kind} in {feed:?}");
+    found[0]["revision"].as_i64().expect("revision")
+}
+
+/// A member's write under way when the member is removed is ordered wholly before
+/// the removal (contract section 4: "Writing inside an orbit needs membership";
+/// "Removing a member releases its active leases ... in the same write"). The test
+/// holds the member's lease acquire on the task's row, after its membership check,
+/// and removes the member meanwhile: the removal waits for the acquire, then ends
+/// the lease it took. (Were the membership not held by the write, the removal
+/// would commit first and leave a non-member holding an active lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_waits_for_the_members_write_under_way_and_ends_its_lease() {
+    let app = two_lanes().await;
+    let c = crate::work::crew(&app, "removed-mid-write", 1).await;
+    let member = &c.members[0];
+    let task = crate::work::task(&app, &c.owner, c.orbit, "held").await;
+    let held = RowLock::take(&app.db, task);
+    let ((acquired, lease), (removed, _)) = change_during_write(
+        &app,
+        held,
+        keyed(
+            &app,
+            &format!("/api/v1/tasks/{task}/leases"),
+            &member.token,
+            json!({"duration_seconds": 600}),
+        ),
+        app.client
+            .delete(app.url(&format!("/api/v1/orbits/{}/members/{}", c.orbit, member.id)))
+            .bearer_auth(&c.owner.token),
+    )
+    .await;
+    assert_eq!(acquired, 201, "{lease}");
+    assert_eq!(removed, 200);
+    let version = lease["data"]["lease_version"].as_i64().unwrap();
+    let removal = crate::work::last_change(&app, c.orbit).await;
+    assert_eq!(removal["kind"], "member.removed", "{removal}");
+    assert!(
+        revision_of(&app, c.orbit, "lease.acquired").await < removal["revision"].as_i64().unwrap()
+    );
+    assert_eq!(
+        removal["summary"],
+        format!(
+            "contributor {} removed; lease v{version} MEMBER_REMOVED on task {task}",
+            member.id
+        )
+    );
+    let active = crate::harness::sql_i64(
+        &mut app.db.conn(),
+        &format!("SELECT count(*) AS n FROM leases WHERE task_id = {task} AND end_reason IS NULL"),
+    );
+    assert_eq!(active, 0, "a non-member holds a lease");
+    // The task is free for the members.
+    let r = crate::work::acquire(&app, &c.owner, task, json!({})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
+/// A MAINTAINER's write under way when it is demoted is ordered wholly before the
+/// demotion (contract section 7: cancel needs MAINTAINER; the role is checked in the
+/// write's transaction): no write that needs the old role commits after the change
+/// that took it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demotion_waits_for_the_maintainers_write_under_way() {
+    let app = two_lanes().await;
+    let c = crate::work::crew(&app, "demoted-mid-write", 1).await;
+    let m = &c.members[0];
+    let orbit = c.orbit.to_string();
+    let r = put_role(&app, &c.owner, &orbit, m.id, "MAINTAINER").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let task = crate::work::task(&app, &c.owner, c.orbit, "held").await;
+    let held = RowLock::take(&app.db, task);
+    let ((cancelled, body), (demoted, _)) = change_during_write(
+        &app,
+        held,
+        keyed(
+            &app,
+            &format!("/api/v1/tasks/{task}/cancel"),
+            &m.token,
+            json!({}),
+        ),
+        app.client
+            .put(app.url(&format!("/api/v1/orbits/{orbit}/members/{}", m.id)))
+            .bearer_auth(&c.owner.token)
+            .json(&json!({"role": "CONTRIBUTOR"})),
+    )
+    .await;
+    assert_eq!(cancelled, 200, "{body}");
+    assert_eq!(demoted, 200);
+    let demotion = crate::work::last_change(&app, c.orbit).await;
+    assert_eq!(demotion["kind"], "member.updated", "{demotion}");
+    assert!(
+        body["data"]["orbit_revision"].as_i64().unwrap() < demotion["revision"].as_i64().unwrap()
+    );
+    // And after it, the role is gone.
+    let other = crate::work::task(&app, &c.owner, c.orbit, "another").await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{other}/cancel"),
+            &m.token,
+            json!({}),
+        )
+        .await;
+    r.assert_error(403, "insufficient_role");
+}
+
+/// A handoff offered to a member while that member is being removed: the offer
+/// holds the recipient's membership, so the removal comes after it and supersedes
+/// the handoff (contract section 4) instead of leaving it PENDING to a non-member,
+/// which would fence the giver until it ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_supersedes_a_handoff_offered_to_the_member_meanwhile() {
+    let app = two_lanes().await;
+    let c = crate::work::crew(&app, "recipient-removed", 2).await;
+    let (giver, recipient) = (&c.members[0], &c.members[1]);
+    let task = crate::work::task(&app, &c.owner, c.orbit, "held").await;
+    let (_, version) = crate::work::lease(&app, giver, task, 600).await;
+    let saved = crate::work::checkpoint(&app, giver, task, version, json!({})).await;
+    assert_eq!(saved.status, 201, "{}", saved.text);
+    let held = RowLock::take(&app.db, task);
+    let ((offered, handoff), (removed, _)) = change_during_write(
+        &app,
+        held,
+        keyed(
+            &app,
+            &format!("/api/v1/tasks/{task}/handoffs"),
+            &giver.token,
+            json!({
+                "lease_version": version,
+                "checkpoint_id": saved.created_id(),
+                "to_contributor_id": recipient.id,
+                "message": "over to you"
+            }),
+        ),
+        app.client
+            .delete(app.url(&format!(
+                "/api/v1/orbits/{}/members/{}",
+                c.orbit, recipient.id
+            )))
+            .bearer_auth(&c.owner.token),
+    )
+    .await;
+    assert_eq!(offered, 201, "{handoff}");
+    assert_eq!(removed, 200);
+    let id = handoff["data"]["id"].as_i64().unwrap();
+    let r = app.get(&format!("/api/v1/handoffs/{id}"), None).await;
+    assert_eq!(r.json["data"]["status"], "SUPERSEDED", "{}", r.text);
+    // The giver is not fenced: it goes on with its lease.
+    let r = crate::work::checkpoint(&app, giver, task, version, json!({})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
 }
