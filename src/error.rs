@@ -490,8 +490,9 @@ impl ApiError {
     /// The one reaction to this error: the code's, except where the details say the
     /// caller already has what it wanted (`continue`): a `stale_lease_version` whose
     /// current, active lease is the caller's own (`details.yours`), a
-    /// `handoff_not_pending` the caller itself accepted, whose lease is still active
-    /// (`details.lease_id`).
+    /// `handoff_not_pending` or `handoff_expired` whose details name a lease the
+    /// caller holds (`details.lease_id`: it accepted the handoff itself, or it gave it
+    /// and still holds the task).
     pub fn recover(&self) -> &'static str {
         let details = self.body.details.as_ref();
         let code = self.body.code.as_str();
@@ -499,7 +500,9 @@ impl ApiError {
             "stale_lease_version" => {
                 details.and_then(|d| d.get("yours")) == Some(&Value::Bool(true))
             }
-            "handoff_not_pending" => details.and_then(|d| d.get("lease_id")).is_some(),
+            "handoff_not_pending" | "handoff_expired" => {
+                details.and_then(|d| d.get("lease_id")).is_some()
+            }
             _ => false,
         };
         if mine {
@@ -623,5 +626,12 @@ mod tests {
             serde_json::json!({"current_status": "ACCEPTED", "accepted_by": 3, "lease_id": 9, "lease_version": 2}),
         );
         assert_eq!(accepted.recover(), "continue");
+        let holding = ApiError::conflict("handoff_expired", "x").with_details(
+            serde_json::json!({"current_status": "EXPIRED", "lease_id": 9, "lease_version": 1}),
+        );
+        assert_eq!(holding.recover(), "continue");
+        let expired = ApiError::conflict("handoff_expired", "x")
+            .with_details(serde_json::json!({"current_status": "EXPIRED"}));
+        assert_eq!(expired.recover(), "choose_other_task");
     }
 }

@@ -6,7 +6,7 @@
 //! removal of the giver or the named recipient.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::db::{self, TxResult};
@@ -197,31 +197,56 @@ pub struct AcceptedHandoff {
     pub orbit_revision: i64,
 }
 
-/// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`; when the caller is
-/// the one who accepted (it lost the accept's response) and the lease the accept
-/// issued is still active on `task`, also that lease, so it learns it already holds
-/// the task. One that has ended since (completed, released, run out, handed on) is
-/// no lease to continue with: the answer is then the plain one.
+/// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`. When the caller
+/// still holds the task's active lease through this handoff's story, also that
+/// lease (`details.lease_id`, `lease_version`), so it learns it has the task: the
+/// one who accepted (it lost the accept's answer) and the accept's lease is still
+/// active, or the giver (the handoff was declined, superseded or withdrawn, or
+/// expired: [`giver_holds`]) and its lease is. A lease that has ended since
+/// (completed, released, run out, handed on) is no lease to continue with: the
+/// answer is then the plain one.
 pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError {
     let mut details = json!({ "current_status": h.status });
-    let mine = h.accepted_by == Some(caller)
+    let accepted = h.accepted_by == Some(caller)
         && h.accepted_lease_id.is_some()
         && task.active_lease().map(|l| l.id) == h.accepted_lease_id;
     if h.status == HandoffStatus::Accepted.as_str() {
         details["accepted_by"] = json!(h.accepted_by);
-        if mine {
+        if accepted {
             details["lease_id"] = json!(h.accepted_lease_id);
             details["lease_version"] = json!(h.accepted_lease_version);
         }
     }
-    let message = if mine {
+    let message = if accepted {
         "You already accepted this handoff: the task's lease in details (lease_id, \
          lease_version) was issued to you. Continue the task with it."
+    } else if giver_holds(h, task, caller, &mut details) {
+        GIVER_HOLDS
     } else {
         "This handoff is no longer pending. Choose other work."
     };
     ApiError::conflict("handoff_not_pending", message).with_details(details)
 }
+
+/// Whether `caller` gave `h` and holds the task's active lease: then the lease goes
+/// into `details` (`lease_id`, `lease_version`; `recover: continue`), since the
+/// giver's one reaction is to go on with it ([`GIVER_HOLDS`]), not to leave a task
+/// its lease keeps from everyone else.
+fn giver_holds(h: &HandoffLock, task: &LockedTask, caller: i64, details: &mut Value) -> bool {
+    let Some(lease) = task.active_lease() else {
+        return false;
+    };
+    if h.from_contributor != caller || lease.contributor_id != caller {
+        return false;
+    }
+    details["lease_id"] = json!(lease.id);
+    details["lease_version"] = json!(lease.lease_version);
+    true
+}
+
+/// The words of [`giver_holds`].
+const GIVER_HOLDS: &str = "This handoff is no longer pending, and you still hold the task's \
+     lease (details: lease_id, lease_version): continue the task with it, or offer it again.";
 
 /// Resolves a handoff named in a path and checks the caller belongs to its orbit.
 fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxResult<HandoffLock> {
@@ -232,7 +257,7 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired
 /// (`live`, as `store::lock` read it at the task lock's instant). `caller` is who
-/// asks: the one who accepted learns the lease it still holds.
+/// asks: the one who accepted, or the giver, learns the lease it still holds.
 fn still_pending(h: &HandoffLock, live: bool, task: &LockedTask, caller: i64) -> TxResult<()> {
     let (pending, expired) = (
         HandoffStatus::Pending.as_str(),
@@ -242,12 +267,15 @@ fn still_pending(h: &HandoffLock, live: bool, task: &LockedTask, caller: i64) ->
         return Err(not_pending(h, task, caller).into());
     }
     if !live {
-        return Err(ApiError::conflict(
-            "handoff_expired",
-            "This handoff has expired. Choose other work.",
-        )
-        .with_details(json!({ "current_status": expired }))
-        .into());
+        let mut details = json!({ "current_status": expired });
+        let message = if giver_holds(h, task, caller, &mut details) {
+            GIVER_HOLDS
+        } else {
+            "This handoff has expired. Choose other work."
+        };
+        return Err(ApiError::conflict("handoff_expired", message)
+            .with_details(details)
+            .into());
     }
     Ok(())
 }

@@ -321,6 +321,80 @@ async fn expired_handoff_cannot_be_accepted_and_unfences_the_giver() {
     );
 }
 
+async fn withdraw(app: &TestApp, giver: &Agent, handoff: i64) -> Resp {
+    app.post_keyed(
+        &format!("/api/v1/handoffs/{handoff}/withdraw"),
+        &giver.token,
+        json!({}),
+    )
+    .await
+}
+
+/// A giver whose handoff has left PENDING (declined, or run out) and who still
+/// holds the task's lease is told so when it withdraws, with the lease: its one
+/// reaction is to go on with it (`recover: continue`), not to choose other work
+/// and leave a task its lease keeps from everyone else.
+#[tokio::test]
+async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "giver-holds", 2).await;
+    let (giver, taker) = (&c.members[0], &c.members[1]);
+    let (t, lease_id, v, ckpt) = worked_task(&app, giver, c.orbit).await;
+    let body = |seconds: i64| {
+        json!({"lease_version": v, "checkpoint_id": ckpt, "to_contributor_id": taker.id,
+               "message": "m", "expires_in_seconds": seconds})
+    };
+    let holds = |r: &Resp| {
+        assert_eq!(r.json["details"]["lease_id"], lease_id, "{}", r.text);
+        assert_eq!(r.json["details"]["lease_version"], v, "{}", r.text);
+        let message = r.json["message"].as_str().unwrap();
+        assert!(
+            message.contains("you still hold the task's lease"),
+            "{}",
+            r.text
+        );
+    };
+
+    let declined = offer(&app, giver, t, body(3600)).await.created_id();
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/handoffs/{declined}/decline"),
+            &taker.token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = withdraw(&app, giver, declined).await;
+    r.assert_error(409, "handoff_not_pending");
+    assert_eq!(r.json["details"]["current_status"], "DECLINED");
+    holds(&r);
+    // The recipient is not the giver: the plain answer.
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/handoffs/{declined}/decline"),
+            &taker.token,
+            json!({}),
+        )
+        .await;
+    r.assert_error(409, "handoff_not_pending");
+    assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
+
+    let expired = offer(&app, giver, t, body(1)).await.created_id();
+    outlive(1).await;
+    let r = withdraw(&app, giver, expired).await;
+    r.assert_error(409, "handoff_expired");
+    assert_eq!(r.json["details"]["current_status"], "EXPIRED");
+    holds(&r);
+
+    // Once the giver's lease has ended, there is nothing to go on with.
+    let r = release(&app, giver, lease_id, v).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = withdraw(&app, giver, expired).await;
+    r.assert_error(409, "handoff_expired");
+    assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
+    assert!(r.text.contains("Choose other work"), "{}", r.text);
+}
+
 #[tokio::test]
 async fn decline_and_withdraw_unfence_the_giver_and_happen_once() {
     let app = TestApp::spawn().await;
