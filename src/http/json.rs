@@ -95,6 +95,17 @@ pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Ve
     Ok(body)
 }
 
+/// The words on a body whose arrays and objects nest more than 127 levels deep:
+/// serde_json's own limit, which keeps a hostile body from exhausting the stack.
+/// Such a body is valid JSON the service does not read: 422 `validation_failed` on
+/// `body` in these words, over MCP a parse error in them.
+pub const TOO_DEEP: &str = "nests arrays and objects more than 127 levels deep";
+
+/// Whether serde_json refused a text for nesting too deep ([`TOO_DEEP`]).
+pub fn too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
 /// Parses raw body bytes into `T`, with the error envelope for every failure.
 pub fn parse_body<T: DeserializeOwned + Validate>(
     content_type_ok: Option<bool>,
@@ -112,6 +123,9 @@ pub fn parse_body<T: DeserializeOwned + Validate>(
             ));
         }
         let value = serde_json::from_slice(bytes).map_err(|e| {
+            if too_deep(&e) {
+                return ApiError::field("body", TOO_DEEP);
+            }
             // `1e400` is valid JSON that serde_json refuses: the number rule says why.
             if e.to_string().starts_with("number out of range") {
                 if let Err(unfit) = fit_text(bytes) {

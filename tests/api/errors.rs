@@ -39,6 +39,45 @@ async fn malformed_json_is_422_in_the_envelope() {
     assert_eq!(orbits_stored(&app), 0);
 }
 
+/// A body nested deeper than 127 levels is valid JSON the service does not read:
+/// 422 `validation_failed` on `body` in plain words (not the parser's "recursion
+/// limit"), and nothing is written; 127 levels are read.
+#[tokio::test]
+async fn a_body_nested_too_deep_is_422_in_plain_words() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("a").await;
+    // `levels` counts the body's own object.
+    let nested = |levels: usize| {
+        format!(
+            r#"{{"slug": "deep", "name": "x", "description": {}"d"{}}}"#,
+            "[".repeat(levels - 1),
+            "]".repeat(levels - 1)
+        )
+        .into_bytes()
+    };
+    let r = app
+        .post_raw("/api/v1/orbits", Some(&a.token), &[JSON], nested(127))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["description"],
+        json!(["must be a string"]),
+        "{}",
+        r.text
+    );
+    let r = app
+        .post_raw("/api/v1/orbits", Some(&a.token), &[JSON], nested(128))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["body"],
+        json!(["nests arrays and objects more than 127 levels deep"]),
+        "{}",
+        r.text
+    );
+    assert_eq!(orbits_stored(&app), 0);
+}
+
 #[tokio::test]
 async fn a_body_without_a_json_content_type_is_422() {
     let app = TestApp::spawn().await;

@@ -240,13 +240,20 @@ async fn check_message(
         }
     };
     let refusal = match serde_json::from_slice::<Value>(&bytes) {
-        Err(e) => Some(jsonrpc_error(
-            400,
-            Value::Null,
-            -32700,
-            &format!("Parse error: the body is not valid JSON ({e})."),
-            None,
-        )),
+        Err(e) => {
+            let words = if crate::http::json::too_deep(&e) {
+                format!("the body {}", crate::http::json::TOO_DEEP)
+            } else {
+                format!("the body is not valid JSON ({e})")
+            };
+            Some(jsonrpc_error(
+                400,
+                Value::Null,
+                -32700,
+                &format!("Parse error: {words}."),
+                None,
+            ))
+        }
         Ok(value) => {
             let id = value.get("id").cloned().unwrap_or(Value::Null);
             let message =
