@@ -133,14 +133,21 @@ impl Metrics {
             h.count += 1;
         }
         if let Some(code) = error_code {
-            let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
-            let code = if e.len() >= MAX_SERIES && !e.contains_key(code) {
-                "other"
-            } else {
-                code
-            };
-            *e.entry(code.to_owned()).or_default() += 1;
+            self.count_error(code);
         }
+    }
+
+    /// One refusal with `code`: an error response ([`Metrics::observe`]), or an MCP
+    /// tool's refusal, which travels in a 200 (`http::mcp`), so a conflict counts
+    /// the same whichever surface refused it.
+    pub fn count_error(&self, code: &str) {
+        let mut e = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        let code = if e.len() >= MAX_SERIES && !e.contains_key(code) {
+            "other"
+        } else {
+            code
+        };
+        *e.entry(code.to_owned()).or_default() += 1;
     }
 
     fn error_count(&self, code: &str) -> u64 {

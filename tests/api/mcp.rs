@@ -1012,3 +1012,78 @@ async fn a_null_argument_is_left_out() {
     assert_eq!(s["errors"]["lease_version"], json!(["is required"]), "{s}");
     client.cancel().await.ok();
 }
+
+/// A refusal over MCP counts in `/metrics` as the same refusal over REST does
+/// (contract section 12: lease and idempotency conflicts): a fleet of agents on
+/// MCP must not look conflict-free.
+#[tokio::test]
+async fn mcp_refusals_count_in_the_metrics_like_rest_ones() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-metrics", 2).await;
+    let t = task(&app, &c.owner, c.orbit, "contested").await;
+    lease(&app, &c.members[0], t, 600).await;
+    let client = connect(&app, &c.members[1]).await;
+    let names = [
+        "orbit_lease_conflicts_total",
+        "orbit_idempotency_conflicts_total",
+    ];
+    let before = app.metrics(names).await;
+    let r = call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "idempotency_key": "contested-1"}),
+    )
+    .await;
+    refused(&r, 409, "lease_conflict", "choose_other_task");
+    let create =
+        |title: &str| json!({"orbit": c.orbit, "title": title, "idempotency_key": "one-task"});
+    ok(&call(&client, "create_task", create("first")).await);
+    let r = call(&client, "create_task", create("another")).await;
+    refused(&r, 409, "idempotency_key_reused", "new_key_for_new_intent");
+    let after = app.metrics(names).await;
+    assert_eq!([after[0] - before[0], after[1] - before[1]], [1, 1]);
+}
+
+/// A checkpoint's `state` is any JSON, `null` included, over MCP as over REST: an
+/// agent resuming from a checkpoint whose state is `null` can write it back. (Every
+/// other `null` argument is one left out: `duration_seconds: null` is the default.)
+#[tokio::test]
+async fn a_null_state_is_a_state_over_mcp_too() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "mcp-null-state", 1).await;
+    let agent = &c.members[0];
+    let t = task(&app, &c.owner, c.orbit, "t").await;
+    let client = connect(&app, agent).await;
+    let leased = ok(&call(
+        &client,
+        "acquire_lease",
+        json!({"task_id": t, "duration_seconds": null, "idempotency_key": key()}),
+    )
+    .await);
+    let v = leased["data"]["lease_version"].as_i64().unwrap();
+    let saved = ok(&call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": v, "summary": "nothing yet", "state": null,
+               "idempotency_key": key()}),
+    )
+    .await);
+    assert_eq!(saved["data"]["state"], Value::Null, "{saved}");
+    let id = saved["data"]["id"].as_i64().unwrap();
+    let r = app.get(&format!("/api/v1/checkpoints/{id}"), None).await;
+    assert!(
+        r.json["data"].as_object().unwrap().contains_key("state"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.json["data"]["state"], Value::Null, "{}", r.text);
+    // Left out, it is still required.
+    let r = call(
+        &client,
+        "write_checkpoint",
+        json!({"task_id": t, "lease_version": v, "summary": "s", "idempotency_key": key()}),
+    )
+    .await;
+    let s = refused(&r, 422, "validation_failed", "fix_input");
+    assert_eq!(s["errors"]["state"], json!(["is required"]), "{s}");
+}

@@ -896,6 +896,18 @@ pub fn takes_key(name: &str) -> bool {
     })
 }
 
+/// Whether `argument` of `tool` takes any JSON (its schema names no type, as a
+/// checkpoint's `state`): there `null` is a value like any other, not an argument
+/// left out (`tools::call`).
+pub fn takes_any_json(tool: &str, argument: &str) -> bool {
+    const TYPED: [&str; 6] = ["type", "$ref", "allOf", "oneOf", "anyOf", "enum"];
+    catalogue()
+        .iter()
+        .find(|t| t.name == tool)
+        .and_then(|t| t.input_schema.get("properties")?.get(argument)?.as_object())
+        .is_some_and(|schema| TYPED.iter().all(|k| !schema.contains_key(*k)))
+}
+
 /// Every tool, built once from the definitions and the OpenAPI document's schemas.
 pub fn catalogue() -> &'static [Tool] {
     static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();

@@ -524,7 +524,10 @@ impl ServerHandler for OrbitMcp {
         };
         Ok(match outcome {
             Ok(done) => success(done),
-            Err(e) => refusal(&e, catalogue::takes_key(&request.name)),
+            Err(e) => {
+                self.state.metrics.count_error(&e.body.code);
+                refusal(&e, catalogue::takes_key(&request.name))
+            }
         }
         .into())
     }

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::Done;
+use super::{catalogue, Done};
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::handoffs::{MailBox, MailboxQuery};
@@ -259,8 +259,9 @@ pub async fn call(
     // "is required"): tool-calling clients commonly send every optional argument,
     // `null` when unused (OpenAI's strict function calling does), where a REST
     // client leaves the field out. So `duration_seconds: null` is the default here,
-    // while a REST body's `null` where its schema says integer is a 422.
-    arguments.retain(|_, v| !v.is_null());
+    // while a REST body's `null` where its schema says integer is a 422. Where an
+    // argument takes any JSON (a checkpoint's `state`), `null` is a value and stays.
+    arguments.retain(|k, v| !v.is_null() || catalogue::takes_any_json(name, k));
     let limits = leases::limits(&state.config);
     run(
         state,
