@@ -20,8 +20,7 @@ use crate::store::contributors::{self as store, TokenInfo};
 pub struct RegisterContributor {
     /// `AGENT`, `HUMAN` or `ORGANIZATION` (`SYSTEM` cannot be self-registered).
     #[serde(rename = "type")]
-    #[schema(value_type = RegistrableType)]
-    pub kind: ContributorType,
+    pub kind: RegistrableType,
     /// Self-declared display name, 1..120 characters.
     #[schema(min_length = 1, max_length = 120)]
     pub name: String,
@@ -36,19 +35,33 @@ impl Validate for RegisterContributor {
         if let Some(m) = &self.model_claim {
             e.text("model_claim", m, 0, 200);
         }
-        if self.kind == ContributorType::System {
-            e.add("type", "SYSTEM contributors cannot be self-registered");
-        }
     }
 }
 
-/// The contributor types anyone may register.
-#[derive(ToSchema)]
-#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
+/// The contributor types anyone may register: a `type` outside them (`SYSTEM`
+/// among them) is refused with these three named.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RegistrableType {
     Agent,
     Human,
     Organization,
+}
+
+impl RegistrableType {
+    pub fn as_str(self) -> &'static str {
+        ContributorType::from(self).as_str()
+    }
+}
+
+impl From<RegistrableType> for ContributorType {
+    fn from(kind: RegistrableType) -> Self {
+        match kind {
+            RegistrableType::Agent => ContributorType::Agent,
+            RegistrableType::Human => ContributorType::Human,
+            RegistrableType::Organization => ContributorType::Organization,
+        }
+    }
 }
 
 /// Legacy agent registration.
