@@ -214,8 +214,9 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
 }
 
 /// actix-web stops gracefully on SIGINT and SIGTERM and waits for open connections;
-/// an event stream would hold it for the whole shutdown timeout. On the same
-/// signals, every stream says `retry:` and ends (its connection closes with it).
+/// an event stream or a long poll would hold it for the whole shutdown timeout. On
+/// the same signals, every stream says `retry:` and ends (its connection closes
+/// with it), and every long poll answers the page it has.
 fn end_streams_on_signal(state: &AppState) {
     let streams = state.events.clone();
     actix_web::rt::spawn(async move {

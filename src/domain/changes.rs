@@ -112,6 +112,9 @@ pub async fn read_page(
     };
     let (waiter, new) = core.feed_reads.join(id, after);
     let mut latest = waiter.orbit.latest.subscribe();
+    // At shutdown a poll answers what it has at once (an empty page: the client
+    // polls again, elsewhere), as the event streams end then (`Streams::close`).
+    let mut closing = core.events.closing();
     if new {
         start_reader(core.clone(), id, waiter.orbit.clone());
     }
@@ -139,13 +142,16 @@ pub async fn read_page(
             return own_page(core, id, after, limit).await;
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
+        if remaining.is_zero() || *closing.borrow_and_update() {
             break;
         }
-        match tokio::time::timeout(remaining, latest.changed()).await {
-            Ok(Ok(())) => continue,
-            // The deadline.
-            _ => break,
+        tokio::select! {
+            woke = tokio::time::timeout(remaining, latest.changed()) => match woke {
+                Ok(Ok(())) => continue,
+                // The deadline.
+                _ => break,
+            },
+            _ = closing.changed() => break,
         }
     }
     drop(waiter);

@@ -190,10 +190,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Streams {
-    /// Shutdown: every stream says `retry:` and ends, so a graceful stop does not
-    /// wait on open streams.
+    /// Shutdown: every stream says `retry:` and ends, and every long poll answers
+    /// what it has (`changes::read_page`), so a graceful stop does not wait on
+    /// them.
     pub fn close(&self) {
         self.closing.send_replace(true);
+    }
+
+    /// The shutdown signal of [`Streams::close`], for a long poll to wait on.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.closing.subscribe()
     }
 
     /// Joins `orbit`'s tail, starting one that reads from `from` when the orbit has

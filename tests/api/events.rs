@@ -632,10 +632,12 @@ async fn an_unknown_orbit_is_404_and_a_malformed_resume_point_is_422() {
     assert_eq!(r.status(), 401);
 }
 
-/// SIGTERM to an instance with open streams: each stream says `retry:` and ends,
-/// and the process exits without waiting out the graceful-shutdown timeout (10 s).
+/// SIGTERM to an instance with open streams and a long poll waiting: each stream
+/// says `retry:` and ends, the poll answers its empty page at once (the client
+/// polls again, elsewhere), and the process exits without waiting out the
+/// graceful-shutdown timeout (10 s).
 #[tokio::test]
-async fn shutdown_ends_open_streams_and_does_not_wait_for_them() {
+async fn shutdown_ends_open_streams_and_long_polls_and_does_not_wait_for_them() {
     use crate::reliability::fleet::{load_env, start_serve};
     let db = TestDb::new();
     let logs = orbit_commons::testkit::Scratch::new("oc-events").unwrap();
@@ -679,6 +681,16 @@ async fn shutdown_ends_open_streams_and_does_not_wait_for_them() {
     for s in streams.iter_mut() {
         assert!(s.next_block(Duration::from_secs(10)).await.is_some());
     }
+    let poll = tokio::spawn(
+        client
+            .get(format!(
+                "{base}/api/v1/orbits/closing/changes?after=1&wait=25"
+            ))
+            .send(),
+    );
+    // The poll waits (the orbit is at revision 1).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!poll.is_finished(), "the poll did not wait");
     let started = Instant::now();
     // SAFETY: signalling the child process this test started.
     assert_eq!(unsafe { libc::kill(serve.pid() as i32, libc::SIGTERM) }, 0);
@@ -689,6 +701,15 @@ async fn shutdown_ends_open_streams_and_does_not_wait_for_them() {
         }
         assert!(retry, "a stream ended without retry:");
     }
+    let answer = poll.await.unwrap().expect("the poll is answered, not cut");
+    assert_eq!(answer.status(), 200);
+    let page: Value = answer.json().await.unwrap();
+    assert_eq!(page["data"], json!([]), "{page}");
+    assert_eq!(page["meta"]["next_after"], 1, "{page}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the poll waited out its wait"
+    );
     loop {
         if serve.exited().is_some() {
             break;
