@@ -162,25 +162,48 @@ BEGIN
     RETURN v_key;
 END $$;
 
+-- The lock of one membership (orbit, contributor), held to the end of the
+-- transaction: shared by a write that depends on the membership (`member_role`),
+-- exclusive for a change of it, a role change or a removal
+-- (`store::orbits::lock_change`). So a change waits for the writes under way that
+-- depend on the membership, and a write that asks after it waits for the change and
+-- then reads the membership as the change left it: a removed member's write never
+-- commits after its removal, and the removal ends every lease the member's committed
+-- writes took. An advisory lock, not the membership row's: the lock manager queues
+-- fairly (a change waiting for its exclusive lock holds back the writes that ask
+-- after it, where a waiting `FOR UPDATE` lets every new `FOR SHARE` of a busy
+-- member's row pass, for ever), it writes nothing (no WAL record, no dirtied page),
+-- and it exists for a membership not yet added. Keys: the two-int4 form, a key space
+-- of its own (the migration lock uses the bigint form); ids past 2^31 wrap, so two
+-- memberships may share a key: they then queue together, never wrongly apart.
+CREATE OR REPLACE FUNCTION lock_membership(p_orbit bigint, p_contributor bigint,
+                                           p_exclusive boolean) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    k1 int := (p_orbit % 2147483647)::int;
+    k2 int := (p_contributor % 2147483647)::int;
+BEGIN
+    IF p_exclusive THEN
+        PERFORM pg_advisory_xact_lock(k1, k2);
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(k1, k2);
+    END IF;
+END $$;
+
 -- A contributor's role in an orbit, NULL when they are not a member: who may write
 -- in an orbit (`domain::access` words the 403; a quick write declines). The one
 -- check of every write that depends on a membership, the writer's own or a named
--- recipient's: it locks the membership row `FOR SHARE` until the write commits, so
--- a removal or a role change, which locks the row for update before it reads
--- anything it acts on (`store::orbits::lock_change`), is ordered wholly before or
--- wholly after the write: a removed member's write never commits after its
--- removal, and the removal ends every lease the member's committed writes hold.
--- (Writers share the lock: one member's writes do not wait for each other.) Reads
--- do not ask it (`store::orbits::role_of`). VOLATILE, as a row lock needs; PL/pgSQL,
--- as the two verdicts below: its statement's plan is kept for the session.
+-- recipient's: it holds the membership (`lock_membership`, shared) before it reads
+-- the role, in a statement of its own, which sees a change that committed while it
+-- waited. Reads do not ask it (`store::orbits::role_of`). VOLATILE, as a lock and a
+-- fresh read need; PL/pgSQL, as the two verdicts below: its statements' plans are
+-- kept for the session.
 CREATE OR REPLACE FUNCTION member_role(p_orbit bigint, p_contributor bigint) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    v_role text;
 BEGIN
-    SELECT m.role INTO v_role FROM memberships m
-    WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor FOR SHARE;
-    RETURN v_role;
+    PERFORM lock_membership(p_orbit, p_contributor, false);
+    RETURN (SELECT m.role FROM memberships m
+            WHERE m.orbit_id = p_orbit AND m.contributor_id = p_contributor);
 END $$;
 
 -- A token's use is recorded at most once a minute: true when it is due (never

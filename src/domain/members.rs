@@ -5,7 +5,7 @@
 //! Roles `OWNER > MAINTAINER > CONTRIBUTOR`. A MAINTAINER may add, change and remove
 //! CONTRIBUTORs and MAINTAINERs; only an OWNER may grant, change or remove OWNER.
 //! Any member may remove itself. The last OWNER cannot be removed or demoted.
-//! A change locks the membership it changes before anything else
+//! A change holds the membership it changes exclusively before it acts
 //! (`store::orbits::lock_change`), so it is ordered against that member's writes.
 
 use actix_web::http::StatusCode;
@@ -82,6 +82,36 @@ fn check_last_owner(
     Ok(())
 }
 
+/// The caller's role when it may manage memberships at all (a MAINTAINER or an
+/// OWNER), else 403, on the membership as `conn` reads it now.
+fn manager(conn: &mut diesel::PgConnection, orbit_id: i64, caller: i64) -> TxResult<Role> {
+    let role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
+    if role == Role::Contributor {
+        return Err(forbidden_for(role).into());
+    }
+    Ok(role)
+}
+
+/// Whether `caller` may remove `target`'s membership (403, or 404 when there is
+/// none), on the memberships as `conn` reads them now: the target's role and its
+/// membership as the answer shows it.
+fn removable(
+    conn: &mut diesel::PgConnection,
+    orbit_id: i64,
+    caller: i64,
+    target: i64,
+) -> TxResult<(Role, Member)> {
+    let caller_role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
+    let Some(member) = store::member(conn, orbit_id, target)? else {
+        return Err(ApiError::not_found("Membership").into());
+    };
+    let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
+    if target != caller && !may_manage(caller_role, current) {
+        return Err(forbidden_for(caller_role).into());
+    }
+    Ok((current, member))
+}
+
 pub static PUT_MEMBER: Operation =
     Operation::ignored("PUT", "/api/v1/orbits/{orbit}/members/{contributor}");
 
@@ -97,12 +127,14 @@ pub fn put(
     let orbit = access::resolve(conn, reference)?;
     let target = contributors_store::find(conn, target_id)?
         .ok_or_else(|| ApiError::not_found("Contributor"))?;
-    let (caller_role, current) = store::lock_change(conn, orbit.id, caller.id(), target.id)?;
-    let caller_role = access::member_or_forbidden(caller_role)?;
-    if caller_role == Role::Contributor {
-        return Err(forbidden_for(caller_role).into());
-    }
+    // Judged on an unlocked read first, so a refused request takes no lock (the
+    // target's, exclusive, would hold up the target's writes), then again under
+    // the locks (`lock_change`), on the roles as they are then.
+    manager(conn, orbit.id, caller.id())?;
+    store::lock_change(conn, orbit.id, caller.id(), target.id)?;
+    let caller_role = manager(conn, orbit.id, caller.id())?;
     let new_role = body?.role;
+    let current = store::role_of(conn, orbit.id, target.id)?;
     if !may_manage(caller_role, new_role) || current.is_some_and(|c| !may_manage(caller_role, c)) {
         return Err(forbidden_for(caller_role).into());
     }
@@ -175,18 +207,14 @@ pub fn remove(
 ) -> TxResult<Reply> {
     let orbit = access::resolve(conn, reference)?;
     contributors_store::find(conn, target_id)?.ok_or_else(|| ApiError::not_found("Contributor"))?;
-    let (caller_role, _) = store::lock_change(conn, orbit.id, caller.id(), target_id)?;
-    let caller_role = access::member_or_forbidden(caller_role)?;
-    let Some(member) = store::member(conn, orbit.id, target_id)? else {
-        return Err(ApiError::not_found("Membership").into());
-    };
-    let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
-    if target_id != caller.id() && !may_manage(caller_role, current) {
-        return Err(forbidden_for(caller_role).into());
-    }
+    // Judged on an unlocked read first, so a refused request takes no lock, then
+    // again under the locks, as `put` does.
+    removable(conn, orbit.id, caller.id(), target_id)?;
+    store::lock_change(conn, orbit.id, caller.id(), target_id)?;
+    let (current, member) = removable(conn, orbit.id, caller.id(), target_id)?;
     body?;
     claim!(gate, conn, &[orbit.id, target_id]);
-    // The membership was locked first (`lock_change`): the member's writes under
+    // The membership is held exclusively (`lock_change`): the member's writes under
     // way have committed, and its later ones wait for this removal and are then
     // refused, so the work released here is all there is. Then the member's tasks
     // (inside), then the OWNER rows.

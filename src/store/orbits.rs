@@ -98,7 +98,7 @@ pub fn find(conn: &mut PgConnection, reference: &str) -> QueryResult<Option<Orbi
 
 diesel::define_sql_function! {
     /// The SQL function `member_role` (src/db/functions.sql): a role a write depends
-    /// on, its membership row share-locked until the write commits.
+    /// on, its membership held until the write commits.
     fn member_role(
         orbit: diesel::sql_types::BigInt,
         contributor: diesel::sql_types::BigInt,
@@ -210,9 +210,9 @@ pub fn role_of(
 }
 
 /// `contributor_id`'s role in the orbit for a write that depends on it (the
-/// writer's own, or a recipient's it names): its membership row stays share-locked
-/// until the write commits (the SQL function `member_role`), so a removal or a
-/// role change ([`lock_change`]) comes wholly before or wholly after the write.
+/// writer's own, or a recipient's it names): the membership stays held until the
+/// write commits (the SQL function `member_role`), so a removal or a role change
+/// ([`lock_change`]) comes wholly before or wholly after the write.
 pub fn held_role(
     conn: &mut PgConnection,
     orbit_id: i64,
@@ -223,37 +223,39 @@ pub fn held_role(
     Ok(role.and_then(|r| Role::parse(&r)))
 }
 
-/// What a membership change (a role change or a removal, `domain::members`) reads
-/// first: the caller's and the target's roles, their rows and every OWNER row of
-/// the orbit (the last-owner rule reads them) locked `FOR UPDATE` in one statement,
-/// in contributor-id order. So the change waits for the writes under way that hold
-/// those memberships (the SQL function `member_role`), every such write asked for
-/// later waits for the change, and two changes never wait for each other in a
-/// cycle (two OWNERs removing themselves at once queue). Returns (the caller's
-/// role, the target's role).
+/// What a membership change (a role change or a removal, `domain::members`) takes
+/// first: the caller's membership held as any write holds it, and the target's
+/// exclusively (`lock_membership`), in contributor-id order, so two changes that
+/// name each other (two OWNERs removing each other) queue instead of deadlocking;
+/// a caller changing its own membership takes it once, exclusively. The change
+/// then waits for the target's writes under way, and the target's writes that ask
+/// after it wait for the change; the change reads the roles after this.
 pub fn lock_change(
     conn: &mut PgConnection,
     orbit_id: i64,
     caller_id: i64,
     target_id: i64,
-) -> QueryResult<(Option<Role>, Option<Role>)> {
-    let rows: Vec<(i64, String)> = memberships::table
-        .filter(memberships::orbit_id.eq(orbit_id))
-        .filter(
-            memberships::contributor_id
-                .eq_any([caller_id, target_id])
-                .or(memberships::role.eq(Role::Owner.as_str())),
-        )
-        .order(memberships::contributor_id.asc())
-        .select((memberships::contributor_id, memberships::role))
-        .for_update()
-        .load(conn)?;
-    let role = |id: i64| {
-        rows.iter()
-            .find(|(c, _)| *c == id)
-            .and_then(|(_, r)| Role::parse(r))
+) -> QueryResult<()> {
+    use crate::db::BindNext;
+    use diesel::sql_types::{BigInt, Bool};
+    // The SQL function `lock_membership`: shared (a write's hold) or exclusive.
+    let take = |conn: &mut PgConnection, contributor: i64, exclusive: bool| {
+        crate::db::sql("SELECT lock_membership($1, $2, $3)")
+            .bind::<BigInt, _>(orbit_id)
+            .bind::<BigInt, _>(contributor)
+            .bind::<Bool, _>(exclusive)
+            .execute(conn)
     };
-    Ok((role(caller_id), role(target_id)))
+    if caller_id == target_id {
+        take(conn, target_id, true)?;
+    } else if caller_id < target_id {
+        take(conn, caller_id, false)?;
+        take(conn, target_id, true)?;
+    } else {
+        take(conn, target_id, true)?;
+        take(conn, caller_id, false)?;
+    }
+    Ok(())
 }
 
 /// A member of an orbit.
@@ -323,9 +325,8 @@ pub fn member(
         .map(|o| o.map(to_member))
 }
 
-/// Locks the orbit's OWNER rows in contributor-id order and returns their number
-/// (the last-owner rule). After [`lock_change`] these are held already, but for an
-/// OWNER a change committed while that lock waited.
+/// Locks the orbit's OWNER rows, in contributor-id order, and returns their number:
+/// the last-owner rule, which two changes at once must not both pass.
 pub fn lock_owners(conn: &mut PgConnection, orbit_id: i64) -> QueryResult<i64> {
     let owners: Vec<i64> = memberships::table
         .filter(memberships::orbit_id.eq(orbit_id))

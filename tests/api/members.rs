@@ -611,3 +611,51 @@ async fn a_removal_supersedes_a_handoff_offered_to_the_member_meanwhile() {
     let r = crate::work::checkpoint(&app, giver, task, version, json!({})).await;
     assert_eq!(r.status, 201, "{}", r.text);
 }
+
+/// A membership change that is refused (here a CONTRIBUTOR removing another member)
+/// takes no lock: it is answered 403 while the target has a write under way,
+/// instead of waiting for that write with the target's writes queued behind it
+/// (were it to lock first, it would wait here until the database's lock timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_membership_change_takes_no_lock() {
+    let app = two_lanes().await;
+    let c = crate::work::crew(&app, "refused-change", 2).await;
+    let (member, other) = (&c.members[0], &c.members[1]);
+    let task = crate::work::task(&app, &c.owner, c.orbit, "held").await;
+    let held = RowLock::take(&app.db, task);
+    let write = tokio::spawn(
+        keyed(
+            &app,
+            &format!("/api/v1/tasks/{task}/leases"),
+            &member.token,
+            json!({}),
+        )
+        .send(),
+    );
+    let mut monitor = app.db.conn();
+    assert_eq!(
+        held.waiters(&mut monitor),
+        1,
+        "the write never reached the task row"
+    );
+    let refused = tokio::spawn(
+        app.client
+            .delete(app.url(&format!("/api/v1/orbits/{}/members/{}", c.orbit, member.id)))
+            .bearer_auth(&other.token)
+            .send(),
+    );
+    // Only the held write waits for a lock while the change is answered.
+    let mut most = 0;
+    while !refused.is_finished() {
+        most = most.max(lock_waiters(&mut monitor));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(most <= 1, "the refused change waited for a lock");
+    let r = refused.await.expect("the change").expect("an answer");
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.expect("a JSON answer");
+    assert_eq!(body["code"], "insufficient_role", "{body}");
+    held.release();
+    let written = write.await.expect("the write").expect("an answer");
+    assert_eq!(written.status(), 201);
+}
