@@ -198,13 +198,12 @@ pub struct AcceptedHandoff {
 }
 
 /// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`. When the caller
-/// still holds the task's active lease through this handoff's story, also that
-/// lease (`details.lease_id`, `lease_version`), so it learns it has the task: the
-/// one who accepted (it lost the accept's answer) and the accept's lease is still
-/// active, or the giver (the handoff was declined, superseded or withdrawn, or
-/// expired: [`giver_holds`]) and its lease is. A lease that has ended since
-/// (completed, released, run out, handed on) is no lease to continue with: the
-/// answer is then the plain one.
+/// still holds the task's active lease, also that lease (`details.lease_id`,
+/// `lease_version`), so it learns it has the task: the one who accepted (it lost
+/// the accept's answer) and the accept's lease is still active, or the giver (the
+/// handoff was declined, superseded, withdrawn or ran out: [`giver_holds`]). A
+/// lease that has ended since (completed, released, run out, handed on) is no
+/// lease to continue with: the answer is then the plain one.
 pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError {
     let mut details = json!({ "current_status": h.status });
     let accepted = h.accepted_by == Some(caller)
@@ -228,15 +227,19 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
     ApiError::conflict("handoff_not_pending", message).with_details(details)
 }
 
-/// Whether `caller` gave `h` and holds the task's active lease: then the lease goes
-/// into `details` (`lease_id`, `lease_version`; `recover: continue`), since the
-/// giver's one reaction is to go on with it ([`GIVER_HOLDS`]), not to leave a task
-/// its lease keeps from everyone else.
+/// Whether `caller` gave `h` and holds the task's active lease, unfenced (no newer
+/// handoff of its own is pending): then the lease goes into `details` (`lease_id`,
+/// `lease_version`; `recover: continue`), since the giver's one reaction is to go
+/// on with it ([`GIVER_HOLDS`]), not to leave a task its lease keeps from everyone
+/// else.
 fn giver_holds(h: &HandoffLock, task: &LockedTask, caller: i64, details: &mut Value) -> bool {
     let Some(lease) = task.active_lease() else {
         return false;
     };
-    if h.from_contributor != caller || lease.contributor_id != caller {
+    if h.from_contributor != caller
+        || lease.contributor_id != caller
+        || task.pending_from(caller).is_some()
+    {
         return false;
     }
     details["lease_id"] = json!(lease.id);

@@ -379,6 +379,16 @@ async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task()
     r.assert_error(409, "handoff_not_pending");
     assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
 
+    // Fenced by a newer offer of its own, the giver holds nothing to go on with.
+    let first = offer(&app, giver, t, body(3600)).await.created_id();
+    let second = offer(&app, giver, t, body(3600)).await.created_id();
+    let r = withdraw(&app, giver, first).await;
+    r.assert_error(409, "handoff_not_pending");
+    assert_eq!(r.json["details"]["current_status"], "SUPERSEDED");
+    assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
+    let r = withdraw(&app, giver, second).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+
     let expired = offer(&app, giver, t, body(1)).await.created_id();
     outlive(1).await;
     let r = withdraw(&app, giver, expired).await;
@@ -440,13 +450,7 @@ async fn decline_and_withdraw_unfence_the_giver_and_happen_once() {
     acquire(&app, giver, t, json!({}))
         .await
         .assert_error(409, "handed_off");
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/handoffs/{h2}/withdraw"),
-            &giver.token,
-            json!({}),
-        )
-        .await;
+    let r = withdraw(&app, giver, h2).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["data"]["status"], "WITHDRAWN");
     assert_eq!(acquire(&app, giver, t, json!({})).await.status, 201);
