@@ -321,10 +321,12 @@ async fn expired_handoff_cannot_be_accepted_and_unfences_the_giver() {
     );
 }
 
-async fn withdraw(app: &TestApp, giver: &Agent, handoff: i64) -> Resp {
+/// `who` sends `verb` (`withdraw`, `decline`) on `handoff`, with a new key and an
+/// empty body.
+async fn verb(app: &TestApp, who: &Agent, handoff: i64, verb: &str) -> Resp {
     app.post_keyed(
-        &format!("/api/v1/handoffs/{handoff}/withdraw"),
-        &giver.token,
+        &format!("/api/v1/handoffs/{handoff}/{verb}"),
+        &who.token,
         json!({}),
     )
     .await
@@ -356,42 +358,30 @@ async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task()
     };
 
     let declined = offer(&app, giver, t, body(3600)).await.created_id();
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/handoffs/{declined}/decline"),
-            &taker.token,
-            json!({}),
-        )
-        .await;
+    let r = verb(&app, taker, declined, "decline").await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let r = withdraw(&app, giver, declined).await;
+    let r = verb(&app, giver, declined, "withdraw").await;
     r.assert_error(409, "handoff_not_pending");
     assert_eq!(r.json["details"]["current_status"], "DECLINED");
     holds(&r);
     // The recipient is not the giver: the plain answer.
-    let r = app
-        .post_keyed(
-            &format!("/api/v1/handoffs/{declined}/decline"),
-            &taker.token,
-            json!({}),
-        )
-        .await;
+    let r = verb(&app, taker, declined, "decline").await;
     r.assert_error(409, "handoff_not_pending");
     assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
 
     // Fenced by a newer offer of its own, the giver holds nothing to go on with.
     let first = offer(&app, giver, t, body(3600)).await.created_id();
     let second = offer(&app, giver, t, body(3600)).await.created_id();
-    let r = withdraw(&app, giver, first).await;
+    let r = verb(&app, giver, first, "withdraw").await;
     r.assert_error(409, "handoff_not_pending");
     assert_eq!(r.json["details"]["current_status"], "SUPERSEDED");
     assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
-    let r = withdraw(&app, giver, second).await;
+    let r = verb(&app, giver, second, "withdraw").await;
     assert_eq!(r.status, 200, "{}", r.text);
 
     let expired = offer(&app, giver, t, body(1)).await.created_id();
     outlive(1).await;
-    let r = withdraw(&app, giver, expired).await;
+    let r = verb(&app, giver, expired, "withdraw").await;
     r.assert_error(409, "handoff_expired");
     assert_eq!(r.json["details"]["current_status"], "EXPIRED");
     holds(&r);
@@ -399,7 +389,7 @@ async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task()
     // Once the giver's lease has ended, there is nothing to go on with.
     let r = release(&app, giver, lease_id, v).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let r = withdraw(&app, giver, expired).await;
+    let r = verb(&app, giver, expired, "withdraw").await;
     r.assert_error(409, "handoff_expired");
     assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
     assert!(r.text.contains("Choose other work"), "{}", r.text);
@@ -450,7 +440,7 @@ async fn decline_and_withdraw_unfence_the_giver_and_happen_once() {
     acquire(&app, giver, t, json!({}))
         .await
         .assert_error(409, "handed_off");
-    let r = withdraw(&app, giver, h2).await;
+    let r = verb(&app, giver, h2, "withdraw").await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["data"]["status"], "WITHDRAWN");
     assert_eq!(acquire(&app, giver, t, json!({})).await.status, 201);
