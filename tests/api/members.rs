@@ -457,6 +457,13 @@ fn keyed(app: &TestApp, path: &str, token: &str, body: Value) -> reqwest::Reques
         .json(&body)
 }
 
+/// `by` removes `target` from `orbit`, as a [`reqwest::RequestBuilder`].
+fn removal(app: &TestApp, by: &Agent, orbit: i64, target: i64) -> reqwest::RequestBuilder {
+    app.client
+        .delete(app.url(&format!("/api/v1/orbits/{orbit}/members/{target}")))
+        .bearer_auth(&by.token)
+}
+
 /// The revision of the feed's one change of `kind`.
 async fn revision_of(app: &TestApp, orbit: i64, kind: &str) -> i64 {
     let feed = crate::work::changes(app, orbit).await;
@@ -488,9 +495,7 @@ async fn a_removal_waits_for_the_members_write_under_way_and_ends_its_lease() {
             &member.token,
             json!({"duration_seconds": 600}),
         ),
-        app.client
-            .delete(app.url(&format!("/api/v1/orbits/{}/members/{}", c.orbit, member.id)))
-            .bearer_auth(&c.owner.token),
+        removal(&app, &c.owner, c.orbit, member.id),
     )
     .await;
     assert_eq!(acquired, 201, "{lease}");
@@ -594,12 +599,7 @@ async fn a_removal_supersedes_a_handoff_offered_to_the_member_meanwhile() {
                 "message": "over to you"
             }),
         ),
-        app.client
-            .delete(app.url(&format!(
-                "/api/v1/orbits/{}/members/{}",
-                c.orbit, recipient.id
-            )))
-            .bearer_auth(&c.owner.token),
+        removal(&app, &c.owner, c.orbit, recipient.id),
     )
     .await;
     assert_eq!(offered, 201, "{handoff}");
@@ -638,12 +638,7 @@ async fn a_refused_membership_change_takes_no_lock() {
         1,
         "the write never reached the task row"
     );
-    let refused = tokio::spawn(
-        app.client
-            .delete(app.url(&format!("/api/v1/orbits/{}/members/{}", c.orbit, member.id)))
-            .bearer_auth(&other.token)
-            .send(),
-    );
+    let refused = tokio::spawn(removal(&app, other, c.orbit, member.id).send());
     // Only the held write waits for a lock while the change is answered.
     let mut most = 0;
     while !refused.is_finished() {
