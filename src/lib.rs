@@ -57,10 +57,9 @@ pub fn build_state(config: &Config, database_url: &str) -> AppState {
     let metrics = Arc::new(metrics::Metrics::default());
     let hub = ChangeHub::default();
     let tokens = Arc::new(auth::TokenCache::default());
-    // How long a quick write or a grouped read waits for its group's answer: a
-    // group's statement runs for at most the statement timeout after a checkout
-    // that waits at most as long; a request may queue behind a group or two.
-    let group_deadline = Duration::from_millis(config.db_timeout_ms.saturating_mul(4));
+    // How long a quick write or a grouped read waits for its group's answer: the
+    // one limit of every wait for the database.
+    let group_deadline = db::deadline(&pool);
     let reads = (config.read_lanes > 0).then(|| {
         Arc::new(crate::domain::reads::Reads::new(
             config.read_lanes as usize,

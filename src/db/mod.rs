@@ -251,16 +251,50 @@ where
     T: Send + 'static,
     A: FnMut(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
-    let pool = pool.clone();
-    actix_web::web::block(move || {
-        let mut conn = checkout(&pool)?;
+    let owned = pool.clone();
+    blocking(pool, move || {
+        let mut conn = checkout(&owned)?;
         retry_on(&mut conn, &mut attempt)
     })
     .await
-    .map_err(|e| {
-        tracing::error!(error = %e, "blocking task failed");
-        ApiError::internal()
-    })?
+}
+
+/// How long a request waits for one unit of database work (or for its group's
+/// answer, `perf::lanes`) before it is answered 503: a checkout and a statement
+/// each end within the pool's timeout (`ORBIT_DB_TIMEOUT_MS`, also the statement
+/// timeout), and the work may retry or queue behind a group or two. A server that
+/// stops answering on an open connection (frozen, or a network that drops what it
+/// sends while its kernel still acknowledges ours) trips neither of those nor
+/// TCP's own timeouts, so this is the limit that holds then: the thread stays
+/// blocked until the connection answers or fails, and a write it carried may still
+/// commit, as after a lost connection (a retry with its Idempotency-Key replays it
+/// or runs it once).
+pub fn deadline(pool: &PgPool) -> Duration {
+    pool.connection_timeout().saturating_mul(4)
+}
+
+/// Runs `work` (database work on a blocking thread) and waits for it at most
+/// [`deadline`]; past it the answer is 503.
+async fn blocking<T, W>(pool: &PgPool, work: W) -> ApiResult<T>
+where
+    T: Send + 'static,
+    W: FnOnce() -> ApiResult<T> + Send + 'static,
+{
+    let limit = deadline(pool);
+    match tokio::time::timeout(limit, actix_web::web::block(work)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "blocking task failed");
+            Err(ApiError::internal())
+        }
+        Err(_) => {
+            tracing::warn!(
+                deadline_ms = limit.as_millis() as u64,
+                "database work unanswered past its deadline: the server stopped answering"
+            );
+            Err(ApiError::unavailable())
+        }
+    }
 }
 
 /// Runs `attempt` (a whole transaction) on `conn`, again after a deadlock or
@@ -340,16 +374,12 @@ where
     T: Send + 'static,
     F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
-    let pool = pool.clone();
-    actix_web::web::block(move || {
-        let mut conn = checkout(&pool)?;
+    let owned = pool.clone();
+    blocking(pool, move || {
+        let mut conn = checkout(&owned)?;
         work(&mut conn).map_err(ApiError::from)
     })
     .await
-    .map_err(|e| {
-        tracing::error!(error = %e, "blocking task failed");
-        ApiError::internal()
-    })?
 }
 
 /// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:

@@ -228,6 +228,92 @@ async fn stale_pooled_connections_cost_at_most_one_request_after_a_restart() {
     drop(serve);
 }
 
+/// A database that stops answering on open connections (every server process
+/// stopped, as a frozen host or a stalled disk would leave it; its kernel still
+/// accepts connections and acknowledges what is sent) trips no timeout of the
+/// server's or of TCP's. Every request is still answered 503 in the envelope within
+/// the deadline (`db::deadline`: four times `ORBIT_DB_TIMEOUT_MS`); once the server
+/// runs again the same process serves, and the write answered 503, retried with its
+/// key, is there once. (A probe, 2026-12-07: reads, writes and `/readyz` hung for
+/// minutes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_database_is_503_within_the_deadline() {
+    let (pg, url) = migrated_cluster("oc-rel-frozen");
+    let env = with_setting(load_env(&url), "ORBIT_DB_TIMEOUT_MS", DB_TIMEOUT_MS);
+    let serve = start_serve(pg.dir(), "serve", &env).await;
+    let client = Client::holding_a_lease(&serve).await;
+    for what in ["ready", "read", "me", "write"] {
+        let s = client.probe(what).await;
+        assert!(matches!(s.status, Some(200) | Some(201)), "before: {s:?}");
+    }
+
+    let frozen = Frozen::cluster(pg.dir());
+    let mut probes = Vec::new();
+    for what in ["ready", "read", "me", "write"] {
+        probes.push(client.probe(what).await);
+    }
+    drop(frozen);
+
+    let limit = Duration::from_millis(4 * DB_TIMEOUT_MS) + Duration::from_secs(2);
+    for s in &probes {
+        assert!(
+            s.status == Some(503) && s.envelope && s.retry_after,
+            "while the database was frozen: {s:?}\n{}",
+            serve.log_tail()
+        );
+        assert!(s.done - s.sent <= limit, "hung past the deadline: {s:?}");
+    }
+    client.ready_again(&serve).await;
+    let key = probes[3].key.clone().expect("the write's key");
+    let r = client.checkpoint(&key).send().await.expect("retry");
+    assert_eq!(r.status(), 201, "retry of {key}");
+    let mut conn = PgConnection::establish(&url).expect("connect");
+    assert_eq!(
+        checkpoints_of(&mut conn, &key),
+        1,
+        "the retried write, once"
+    );
+    drop(serve);
+}
+
+/// Every process of a private cluster stopped (SIGSTOP) until this is dropped.
+struct Frozen(Vec<String>);
+
+impl Frozen {
+    fn cluster(dir: &std::path::Path) -> Frozen {
+        let pidfile = dir.join("postgres/data/postmaster.pid");
+        let text = std::fs::read_to_string(&pidfile).expect("postmaster.pid");
+        let postmaster = text.lines().next().expect("its pid").trim().to_owned();
+        let mut pids = vec![postmaster.clone()];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the fields after the last ')'.
+            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+            if after.split_whitespace().nth(1) == Some(postmaster.as_str()) {
+                pids.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        assert!(pids.len() > 2, "the cluster's processes: {pids:?}");
+        signal("STOP", &pids);
+        Frozen(pids)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("CONT", &self.0);
+    }
+}
+
+fn signal(which: &str, pids: &[String]) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{which}"))
+        .args(pids)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok || which == "CONT", "kill -{which} {pids:?}");
+}
+
 /// How many checkpoints a key's write left.
 fn checkpoints_of(conn: &mut PgConnection, key: &str) -> i64 {
     sql_i64(
