@@ -92,19 +92,20 @@ fn manager(conn: &mut diesel::PgConnection, orbit_id: i64, caller: i64) -> TxRes
     Ok(role)
 }
 
-/// Whether `caller` may remove `target`'s membership (403, or 404 when there is
-/// none), on the memberships as `conn` reads them now: the target's role and its
-/// membership as the answer shows it.
+/// Whether `caller` may remove `target`'s membership (404 when there is none,
+/// whoever asks: the contract's 404 before 403, and the members are public; else
+/// 403 when it may not), on the memberships as `conn` reads them now: the target's
+/// role and its membership as the answer shows it.
 fn removable(
     conn: &mut diesel::PgConnection,
     orbit_id: i64,
     caller: i64,
     target: i64,
 ) -> TxResult<(Role, Member)> {
-    let caller_role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
     let Some(member) = store::member(conn, orbit_id, target)? else {
         return Err(ApiError::not_found("Membership").into());
     };
+    let caller_role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
     let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
     if target != caller && !may_manage(caller_role, current) {
         return Err(forbidden_for(caller_role).into());

@@ -58,6 +58,24 @@ async fn a_non_member_cannot_manage_members() {
     assert_eq!(role_of(&app, "guarded", c.id).await, None);
 }
 
+/// A membership that does not exist is 404 whoever asks to remove it: the owner, or
+/// a non-member (itself or another): the contract's 404 before 403. (A probe,
+/// 2026-12-07: the non-member leaving an orbit it was not in got 403.)
+#[tokio::test]
+async fn removing_a_membership_that_does_not_exist_is_404_for_everyone() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let outsider = app.agent("outsider").await;
+    let c = app.agent("c").await;
+    app.orbit(&owner, "sparse").await;
+    for (by, target) in [(&owner, c.id), (&outsider, outsider.id), (&outsider, c.id)] {
+        let r = remove(&app, by, "sparse", target).await;
+        r.assert_envelope(404);
+        assert_eq!(r.json["code"], "not_found", "{}", r.text);
+    }
+    assert_eq!(revision(&app, "sparse").await, 1);
+}
+
 #[tokio::test]
 async fn a_contributor_cannot_manage_members() {
     let app = TestApp::spawn().await;
@@ -277,10 +295,10 @@ async fn any_member_may_remove_itself() {
         assert_eq!(r.json["data"]["contributor"]["id"], who.id);
         assert!(r.json["data"]["orbit_revision"].is_i64());
         assert_eq!(role_of(&app, "exits", who.id).await, None);
-        // Gone, so no longer a member: a second removal is 403 (not a member).
+        // Gone: a second removal is 404 (no such membership), as for anyone.
         remove(&app, who, "exits", who.id)
             .await
-            .assert_envelope(403);
+            .assert_error(404, "not_found");
     }
     // Removing a non-member by a manager is 404.
     remove(&app, &owner, "exits", c.id)
@@ -318,7 +336,7 @@ async fn every_membership_write_returns_its_revision_and_appears_in_the_feed() {
         .assert_error(409, "last_owner");
     let removed = remove(&app, &c, "ledger", b.id).await;
     let left = remove(&app, &b, "ledger", b.id).await;
-    left.assert_envelope(403);
+    left.assert_error(404, "not_found");
     let left = remove(&app, &c, "ledger", c.id).await;
 
     let writes = [
