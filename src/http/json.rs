@@ -612,7 +612,9 @@ const PROBES: [fn() -> Value; 6] = [
 /// Deserializes `T` from an object and reports EVERY invalid field at once (serde
 /// stops at the first): a field with a wrong type is taken out and parsing resumes;
 /// a required field that is missing (or was taken out) gets a stand-in value so the
-/// fields after it are still checked; then the type's own checks run on the fields
+/// fields after it are still checked; an element of a top-level list with a wrong
+/// type gets a stand-in in its place, so the list's other elements are checked too
+/// and its length stays; then the type's own checks run on the fields and elements
 /// that were valid. Problems are in plain words (`plain_words`).
 fn deserialize_all<T: DeserializeOwned>(
     mut value: Value,
@@ -621,6 +623,10 @@ fn deserialize_all<T: DeserializeOwned>(
     let mut errors = FieldErrors::default();
     // Top-level fields that carry a stand-in: their own checks are not reported.
     let mut stand_ins: Vec<String> = Vec::new();
+    // Elements of top-level lists that carry a stand-in (`field[i]`): their own
+    // checks are not reported either. (A stand-in is the first probe that fits, an
+    // id 1 or a text "x": no list rule of ours reads it as a problem of the list.)
+    let mut element_stand_ins: Vec<String> = Vec::new();
     // For each stand-in, which probe it holds now.
     let mut probe_of: std::collections::BTreeMap<String, usize> = Default::default();
     for _ in 0..256 {
@@ -636,7 +642,12 @@ fn deserialize_all<T: DeserializeOwned>(
                 validate(&parsed, &mut own);
                 for (field, problems) in own.into_inner() {
                     let top = field.split(['.', '[']).next().unwrap_or(&field).to_owned();
-                    if !stand_ins.contains(&top) {
+                    let in_stand_in = element_stand_ins.iter().any(|at| {
+                        field
+                            .strip_prefix(at.as_str())
+                            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+                    });
+                    if !stand_ins.contains(&top) && !in_stand_in {
                         for p in problems {
                             errors.add(&field, p);
                         }
@@ -717,6 +728,28 @@ fn deserialize_all<T: DeserializeOwned>(
             }
             map.insert(top, PROBES[*next]());
             *next += 1;
+        } else if let Some(slot) = element_of(&path, &top).and_then(|i| {
+            map.get_mut(&top)?
+                .as_array_mut()?
+                .get_mut(i)
+                .map(|v| (i, v))
+        }) {
+            // An element of a top-level list (or something inside one): noted once,
+            // then the next probe stands in for it until one fits.
+            let (i, element) = slot;
+            let at = format!("{top}[{i}]");
+            if !element_stand_ins.contains(&at) {
+                errors.add(&path, plain_words(&inner));
+                element_stand_ins.push(at.clone());
+            }
+            let next = probe_of.entry(at).or_insert(0);
+            if *next < PROBES.len() {
+                *element = PROBES[*next]();
+                *next += 1;
+            } else {
+                stand_ins.push(top.clone());
+                map.remove(&top);
+            }
         } else {
             errors.add(&path, plain_words(&inner));
             stand_ins.push(top.clone());
@@ -727,6 +760,13 @@ fn deserialize_all<T: DeserializeOwned>(
         errors.add("body", "is not valid for this request");
     }
     Err(errors.into_error())
+}
+
+/// The index `i` when `path` (serde_path_to_error's) is `top[i]` or lies inside it.
+fn element_of(path: &str, top: &str) -> Option<usize> {
+    let rest = path.strip_prefix(top)?.strip_prefix('[')?;
+    let (digits, _) = rest.split_once(']')?;
+    digits.parse().ok()
 }
 
 /// Turns a parsed JSON value into `T` exactly as a request body would be: it must be

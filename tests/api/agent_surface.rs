@@ -274,6 +274,79 @@ async fn a_replayed_acquire_is_marked_and_the_lease_reads_as_it_is_now() {
     }
 }
 
+/// Every bad element of a list is named, each at its index, beside the list's own
+/// rule on the elements that parsed, in one 422. (A probe, 2026-12-07: only the
+/// first bad element was named, and the list's own rules waited for the next try.)
+#[tokio::test]
+async fn validation_names_every_bad_element_of_a_list() {
+    let app = TestApp::spawn().await;
+    let c = crew(&app, "bad-elements", 0).await;
+    let a = &c.owner;
+    let contribution =
+        |ids: Value| json!({"kind": "NOTE", "title": "t", "body": "", "artifact_ids": ids});
+    let path = format!("/api/v1/orbits/{}/contributions", c.orbit);
+    let r = app
+        .post_keyed(&path, &a.token, contribution(json!(["y", 3, "x"])))
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    let fields: BTreeSet<&str> = errors.keys().map(String::as_str).collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from(["artifact_ids[0]", "artifact_ids[2]"]),
+        "{}",
+        r.text
+    );
+    assert_eq!(errors["artifact_ids[2]"][0], "must be a whole number");
+
+    let r = app
+        .post_keyed(&path, &a.token, contribution(json!([0, "x"])))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["artifact_ids[1]"][0], "must be a whole number",
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.json["errors"]["artifact_ids"][0], "every id must be a positive integer",
+        "{}",
+        r.text
+    );
+
+    let r = app
+        .post(
+            &format!("/api/v1/orbits/{}/memory", c.orbit),
+            &a.token,
+            json!({"content": "c", "tags": ["", "a".repeat(65), 5, "fine"]}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    let fields: BTreeSet<&str> = errors.keys().map(String::as_str).collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from(["tags[0]", "tags[1]", "tags[2]"]),
+        "{}",
+        r.text
+    );
+    assert_eq!(errors["tags[2]"][0], "must be a string");
+
+    // Over MCP, the same rules name the same elements.
+    let mcp = connect(&app, a).await;
+    let r = call(
+        &mcp,
+        "create_contribution",
+        json!({"orbit": c.orbit, "kind": "NOTE", "title": "t", "body": "",
+               "artifact_ids": ["y", 3, "x"], "idempotency_key": "k-elements"}),
+    )
+    .await;
+    let refusal = refused(&r, 422, "validation_failed", "fix_input");
+    for f in ["artifact_ids[0]", "artifact_ids[2]"] {
+        assert!(refusal["errors"].get(f).is_some(), "{f}: {refusal}");
+    }
+}
+
 #[tokio::test]
 async fn validation_lists_every_invalid_field_in_plain_words() {
     let app = TestApp::spawn().await;
