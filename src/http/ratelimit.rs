@@ -10,17 +10,19 @@
 //! per instance.
 
 use std::future::{ready, Ready};
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use actix_web::body::EitherBody;
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
-use actix_web::web;
+use actix_web::{web, HttpMessage};
 use futures_util::future::LocalBoxFuture;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateSnapshot;
 
+use crate::domain::auth::ClientAddr;
 use crate::error::ApiError;
 use crate::http::json::MAX_BODY_BYTES;
 use crate::http::state::AppState;
@@ -43,7 +45,7 @@ enum Decision {
     Refused(ApiError, String, String),
 }
 
-fn decide(state: &AppState, req: &ServiceRequest) -> Decision {
+fn decide(state: &AppState, req: &ServiceRequest, ip: IpAddr) -> Decision {
     let limits = &state.limits;
     // A token that is not (yet) verified counts against the address, so random
     // tokens cannot mint fresh buckets.
@@ -60,15 +62,12 @@ fn decide(state: &AppState, req: &ServiceRequest) -> Decision {
                 limits.token.check_key(&key),
                 LIMIT_TOKEN,
             ),
-            None => {
-                let ip = limits.client_ip(req.request());
-                (
-                    "anon",
-                    limits.anon_per_minute,
-                    limits.anon.check_key(&ip),
-                    LIMIT_ANON,
-                )
-            }
+            None => (
+                "anon",
+                limits.anon_per_minute,
+                limits.anon.check_key(&ip),
+                LIMIT_ANON,
+            ),
         };
     match outcome {
         Ok(snapshot) => {
@@ -152,7 +151,11 @@ where
             if exempt {
                 return service.call(req).await.map(|r| r.map_into_left_body());
             }
-            let (policy, remaining, refused) = match decide(&state, &req) {
+            // The address the limits judge is the one a failed token verification
+            // is counted under (`auth::ClientAddr`).
+            let ip = state.limits.client_ip(req.request());
+            req.extensions_mut().insert(ClientAddr(ip));
+            let (policy, remaining, refused) = match decide(&state, &req, ip) {
                 Decision::Allowed(p, r) => (p, r, None),
                 Decision::Refused(e, p, r) => (p, r, Some(e)),
             };

@@ -11,20 +11,23 @@
 //! A token is found only under the kind its prefix names. An uncached token whose
 //! lookup names no row still runs argon2 (against a dummy hash), so an unknown
 //! lookup costs what a wrong secret costs. After `FAILURES_PER_LOOKUP` failed
-//! verifications of one lookup within `FAILURE_WINDOW`, further uncached attempts
-//! with that lookup are 429 without argon2 or a database read, so a flood of wrong
-//! secrets cannot take the cores honest first requests need; a cached token never
-//! runs argon2 and is not affected (issue 26, findings 4 and 5).
+//! verifications of one lookup from one client address within `FAILURE_WINDOW`,
+//! further uncached attempts with that lookup from that address are 429 without
+//! argon2 or a database read, so a flood of wrong secrets cannot take the cores
+//! honest first requests need, and cannot lock the token's owner out from another
+//! address; a cached token never runs argon2 and is not affected (issue 26,
+//! findings 4 and 5).
 
 pub mod token;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
-use actix_web::{FromRequest, HttpRequest};
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use diesel::prelude::*;
 use hmac::{Hmac, Mac};
 use rand::RngCore;
@@ -59,11 +62,15 @@ diesel::define_sql_function! {
 /// each time, as it did with 60 s.
 const CACHE_TTL: Duration = Duration::from_secs(600);
 const CACHE_MAX_ENTRIES: usize = 100_000;
-/// Failed verifications of one lookup allowed per window on an instance.
+/// Failed verifications of one lookup from one address allowed per window on an
+/// instance.
 pub const FAILURES_PER_LOOKUP: u32 = 5;
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 pub type CacheKey = [u8; 32];
+
+/// Whose failed verifications count together: a token's lookup, from one address.
+type FailureKey = (String, Option<IpAddr>);
 
 #[derive(Clone)]
 struct CacheEntry {
@@ -87,8 +94,9 @@ pub struct Verified {
 pub struct TokenCache {
     key: [u8; 32],
     entries: Mutex<HashMap<CacheKey, CacheEntry>>,
-    /// Failed verifications by lookup: (count, start of the window).
-    failures: Mutex<HashMap<String, (u32, Instant)>>,
+    /// Failed verifications by lookup and client address: (count, start of the
+    /// window).
+    failures: Mutex<HashMap<FailureKey, (u32, Instant)>>,
     /// A dummy verification (`token::verify_dummy`) is running on this instance.
     dummy_running: std::sync::atomic::AtomicBool,
     pub hits: std::sync::atomic::AtomicU64,
@@ -163,16 +171,16 @@ impl TokenCache {
         self.put(verified.key, verified.token_id, &verified.actor);
     }
 
-    /// Seconds until `lookup` may be verified again, when it has used up its
-    /// failed verifications for the window.
-    fn blocked_for(&self, lookup: &str) -> Option<u64> {
+    /// Seconds until `key` may be verified again, when it has used up its failed
+    /// verifications for the window.
+    fn blocked_for(&self, key: &FailureKey) -> Option<u64> {
         let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let (count, since) = failures.get(lookup)?;
+        let (count, since) = failures.get(key)?;
         let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
         (*count >= FAILURES_PER_LOOKUP).then(|| left.as_secs() + 1)
     }
 
-    fn failed(&self, lookup: &str) {
+    fn failed(&self, key: FailureKey) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         if failures.len() >= CACHE_MAX_ENTRIES {
             failures.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
@@ -180,18 +188,16 @@ impl TokenCache {
                 failures.clear();
             }
         }
-        let entry = failures
-            .entry(lookup.to_owned())
-            .or_insert((0, Instant::now()));
+        let entry = failures.entry(key).or_insert((0, Instant::now()));
         if entry.1.elapsed() >= FAILURE_WINDOW {
             *entry = (0, Instant::now());
         }
         entry.0 += 1;
     }
 
-    fn succeeded(&self, lookup: &str) {
+    fn succeeded(&self, key: &FailureKey) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.remove(lookup);
+        failures.remove(key);
     }
 
     /// Drops failure windows that have ended and verified tokens not seen within
@@ -219,16 +225,25 @@ impl TokenCache {
     }
 }
 
-/// The bearer token a request presented, format-checked but not yet verified.
-/// Verification happens inside the request's unit of work (`Bearer::require`,
-/// `Bearer::optional`, `Bearer::require_read`).
+/// The client's address as the rate limiter judged it (`http::ratelimit` leaves it
+/// in the request's extensions): a [`Bearer`] carries it, so failed verifications
+/// count per lookup and address.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub IpAddr);
+
+/// The bearer token a request presented, format-checked but not yet verified, and
+/// the address it came from. Verification happens inside the request's unit of
+/// work (`Bearer::require`, `Bearer::optional`, `Bearer::require_read`).
 #[derive(Clone)]
-pub struct Bearer(Option<String>);
+pub struct Bearer {
+    token: Option<String>,
+    from: Option<IpAddr>,
+}
 
 impl std::fmt::Debug for Bearer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the secret.
-        f.write_str(if self.0.is_some() {
+        f.write_str(if self.token.is_some() {
             "Bearer(<redacted>)"
         } else {
             "Bearer(none)"
@@ -274,7 +289,8 @@ impl FromRequest for Bearer {
     type Future = std::future::Ready<Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(bearer_from_request(req).map(Bearer))
+        let from = req.extensions().get::<ClientAddr>().map(|a| a.0);
+        std::future::ready(bearer_from_request(req).map(|token| Bearer { token, from }))
     }
 }
 
@@ -341,14 +357,14 @@ fn fetch_token(conn: &mut PgConnection, key: TokenKey<'_>) -> QueryResult<Option
 
 impl Bearer {
     pub fn is_present(&self) -> bool {
-        self.0.is_some()
+        self.token.is_some()
     }
 
     /// The token's row id and contributor when this instance verified it recently: a quick write
     /// (`src/perf/quick.rs`) then reads revocation in its own statement. `None` for no
     /// token or one that must be verified (the ordinary path does it).
     pub fn cached(&self, cache: &TokenCache) -> Option<Verified> {
-        let token = self.0.as_deref()?;
+        let token = self.token.as_deref()?;
         token::parse(token)?;
         let key = cache.cache_key(token);
         cache.get(&key).map(|e| Verified {
@@ -361,7 +377,7 @@ impl Bearer {
     /// The keyed hash of the presented token (what the cache and the limiters key
     /// on), `None` without a token.
     pub fn cache_key(&self, cache: &TokenCache) -> Option<CacheKey> {
-        self.0.as_deref().map(|t| cache.cache_key(t))
+        self.token.as_deref().map(|t| cache.cache_key(t))
     }
 
     /// A caller is required: no token → 401 ([`Bearer::missing`]).
@@ -375,7 +391,10 @@ impl Bearer {
     /// No token: how the pages call the domain's public reads, whatever
     /// `Authorization` a browser sends (they are public and answer no API 401).
     pub fn anonymous() -> Bearer {
-        Bearer(None)
+        Bearer {
+            token: None,
+            from: None,
+        }
     }
 
     /// The 401 of a route that needs a token, to a request without one.
@@ -389,7 +408,7 @@ impl Bearer {
         conn: &mut PgConnection,
         cache: &TokenCache,
     ) -> TxResult<Option<Caller>> {
-        if self.0.is_none() {
+        if self.token.is_none() {
             return Ok(None);
         }
         let (caller, ()) = self.require_with(conn, cache, |conn, key| {
@@ -426,17 +445,18 @@ impl Bearer {
         cache: &TokenCache,
         fetch: impl FnOnce(&mut PgConnection, TokenKey<'_>) -> QueryResult<Option<(TokenRow, T)>>,
     ) -> TxResult<(Caller, T)> {
-        let Some(token) = &self.0 else {
+        let Some(token) = &self.token else {
             return Err(Bearer::missing().into());
         };
         let parsed =
             token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;
         let key = cache.cache_key(token);
         let cached = cache.get(&key).map(|e| e.token_id);
+        let failures = (parsed.lookup.to_owned(), self.from);
         let by = match cached {
             Some(token_id) => TokenKey::Id(token_id),
             None => {
-                if let Some(seconds) = cache.blocked_for(parsed.lookup) {
+                if let Some(seconds) = cache.blocked_for(&failures) {
                     return Err(ApiError::too_many_requests(seconds).into());
                 }
                 TokenKey::Lookup(parsed.lookup, parsed.kind.as_db())
@@ -450,7 +470,7 @@ impl Bearer {
                         .misses
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                cache.failed(parsed.lookup);
+                cache.failed(failures);
             }
             return Err(ApiError::unauthorized("The token is invalid.").into());
         };
@@ -462,10 +482,10 @@ impl Bearer {
                 cache
                     .misses
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cache.failed(parsed.lookup);
+                cache.failed(failures);
                 return Err(ApiError::unauthorized("The token is invalid.").into());
             }
-            cache.succeeded(parsed.lookup);
+            cache.succeeded(&failures);
         }
         let caller = admit(conn, cache, key, fresh, row)?;
         Ok((caller, extra))

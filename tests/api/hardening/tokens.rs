@@ -143,3 +143,43 @@ async fn token_checks_cost_the_same_and_floods_are_limited_per_lookup() {
     let r = app.get("/api/v1/me", Some(&bystander.token)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
 }
+
+/// Failed verifications count per lookup and client address: a flood of wrong
+/// secrets for a token's lookup refuses the address it comes from, not the token's
+/// owner elsewhere, on an instance that has not verified the token yet. (A probe,
+/// 2026-12-07: anyone who knew a token's lookup part kept its owner out, 429, of
+/// every instance where the token was not cached.)
+#[tokio::test]
+async fn a_flood_of_wrong_secrets_refuses_its_own_address_only() {
+    let proxy = "127.0.0.1".parse().expect("address");
+    let app = TestApp::spawn_with(|c| c.trusted_proxies = vec![proxy]).await;
+    let victim = app.agent("victim").await;
+    // An instance that has not seen the victim's token.
+    let fresh = app.another_instance();
+    let me = |token: &str, from: &str| {
+        app.client
+            .get(fresh.url("/api/v1/me"))
+            .bearer_auth(token)
+            .header("X-Forwarded-For", from)
+            .send()
+    };
+    let (attacker, owner) = ("203.0.113.7", "198.51.100.9");
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let wrong = with_secret(&victim.token, if i % 2 == 0 { 'C' } else { 'D' });
+        statuses.push(me(&wrong, attacker).await.expect("flood").status().as_u16());
+    }
+    assert_eq!(&statuses[..5], &[401; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
+    // The token itself is refused from the flooding address for the window...
+    let r = me(&victim.token, attacker).await.expect("me");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // ...and accepted from its owner's.
+    let r = me(&victim.token, owner).await.expect("me");
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "{}",
+        r.text().await.unwrap_or_default()
+    );
+}
