@@ -6,8 +6,9 @@
 //! per-token or per-address limiter. Every limited response carries
 //! `RateLimit-Policy` and `RateLimit` (IETF httpapi draft form); the exempt probes
 //! (`/healthz`, `/readyz`, `/metrics`) and the 413 do not. On `/mcp` a refusal's
-//! body is a JSON-RPC error (`mcp::transport_refusal`). Limits are in memory and
-//! per instance.
+//! body is a JSON-RPC error (`mcp::transport_refusal`), on a page an HTML page
+//! (`pages::refusal`). Limits are in memory and per instance. The client address
+//! judged here is left in the request (`auth::ClientAddr`) for the token checks.
 
 use std::future::{ready, Ready};
 use std::net::IpAddr;
@@ -139,6 +140,8 @@ where
             }
             let refusal = if crate::http::mcp::owns(req.path()) {
                 crate::http::mcp::transport_refusal
+            } else if crate::http::pages::owns(req.path()) {
+                crate::http::pages::refusal
             } else {
                 ApiError::to_response
             };

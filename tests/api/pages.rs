@@ -856,6 +856,34 @@ async fn assets_are_served_from_the_binary() {
     assert!(r.status.is_client_error(), "{}", r.status);
 }
 
+/// A page refused by the rate limit is an HTML page with `Retry-After`, as the
+/// API's 429 is JSON with it; the API beside it keeps its envelope. (A probe,
+/// 2026-12-07: a page's 503 carried no `Retry-After`; a page's 429 was JSON.)
+#[tokio::test]
+async fn a_rate_limited_page_is_html_with_retry_after() {
+    let app = TestApp::spawn_with(|c| c.anon_rate_limit_per_minute = 2).await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(app.get("/", None).await);
+    }
+    assert_page(&seen[0], 200);
+    let refused = &seen[2];
+    assert_page(refused, 429);
+    assert!(
+        refused.header("retry-after").is_some(),
+        "{:?}",
+        refused.headers
+    );
+    assert!(
+        refused.text.contains("Too many requests"),
+        "{}",
+        refused.text
+    );
+    let api = app.get("/api/v1/orbits", None).await;
+    api.assert_error(429, "rate_limited");
+    assert!(api.header("retry-after").is_some());
+}
+
 #[tokio::test]
 async fn the_orbit_page_is_never_served_stale_after_a_write() {
     let app = TestApp::spawn().await;

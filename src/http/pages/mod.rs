@@ -6,8 +6,9 @@
 //! interpolated string: all content is untrusted and is only ever shown as text.
 //! This module owns the pages' route table, their error
 //! pages (unknown slug or id → HTML 404, bad query → HTML 400, never a 5xx for what
-//! a user typed), their response headers (the CSP) and the assets served from the
-//! binary (`assets`). Live updates are `assets/live.js` on the section 14 stream.
+//! a user typed; a full database or a rate limit keeps its status and
+//! `Retry-After`, also when the limit refuses a page before routing), their response
+//! headers (the CSP) and the assets served from the binary (`assets`). Live updates are `assets/live.js` on the section 14 stream.
 
 mod assets;
 mod home;
@@ -75,6 +76,7 @@ async fn method_not_allowed() -> HttpResponse {
         status: StatusCode::METHOD_NOT_ALLOWED,
         message: "Pages are only read: this address answers GET (and HEAD).".into(),
         details: Vec::new(),
+        retry_after: None,
     });
     resp.headers_mut().insert(
         actix_web::http::header::ALLOW,
@@ -90,6 +92,8 @@ pub struct PageError {
     pub message: String,
     /// Field problems, one line each.
     pub details: Vec<String>,
+    /// Seconds for `Retry-After` (a full database, a rate limit), as the API's.
+    pub retry_after: Option<u64>,
 }
 
 impl PageError {
@@ -98,6 +102,7 @@ impl PageError {
             status: StatusCode::NOT_FOUND,
             message: format!("{what} not found."),
             details: Vec::new(),
+            retry_after: None,
         }
     }
 
@@ -106,13 +111,14 @@ impl PageError {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
             details: Vec::new(),
+            retry_after: None,
         }
     }
 }
 
 /// The API's errors as pages: 404 stays 404; invalid input (422) is the user's query,
-/// so 400; a full database or a rate limit keeps its status; anything else is a
-/// fixed 500 text (the cause is already in the log).
+/// so 400; a full database or a rate limit keeps its status and its `Retry-After`;
+/// anything else is a fixed 500 text (the cause is already in the log).
 impl From<ApiError> for PageError {
     fn from(e: ApiError) -> PageError {
         let status = match e.status.as_u16() {
@@ -137,6 +143,7 @@ impl From<ApiError> for PageError {
             status,
             message,
             details,
+            retry_after: e.retry_after.filter(|_| status == e.status),
         }
     }
 }
@@ -153,7 +160,27 @@ pub fn respond(result: PageResult) -> HttpResponse {
 
 pub fn error_page(e: PageError) -> HttpResponse {
     let status = e.status;
-    html_response(status, layout::error(&e))
+    let mut resp = html_response(status, layout::error(&e));
+    if let Some(seconds) = e.retry_after {
+        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    resp
+}
+
+/// Whether `path` is a page's (the routes of [`configure`]): a refusal made before
+/// routing (a rate limit, `http::ratelimit`) is then an HTML page too.
+pub fn owns(path: &str) -> bool {
+    matches!(path, "/" | "/search")
+        || ["/o/", "/contributors/", "/assets/"]
+            .iter()
+            .any(|p| path.starts_with(p))
+}
+
+/// An API error, refused before routing, as the page a person gets.
+pub fn refusal(e: &ApiError) -> HttpResponse {
+    error_page(PageError::from(e.clone()))
 }
 
 /// A rendered page's bytes as a 200 (a page kept by the list cache).

@@ -252,7 +252,17 @@ async fn a_frozen_database_is_503_within_the_deadline() {
     for what in ["ready", "read", "me", "write"] {
         probes.push(client.probe(what).await);
     }
+    // A page: its own HTML 503, with the API's `Retry-After`.
+    let page = client.http.get(format!("{}/", client.base)).send().await;
     drop(frozen);
+    let page = page.expect("the page answered");
+    assert_eq!(page.status(), 503);
+    assert!(page.headers().contains_key("retry-after"), "{page:?}");
+    let kind = page.headers().get("content-type").cloned();
+    assert!(
+        kind.is_some_and(|v| v.as_bytes().starts_with(b"text/html")),
+        "{page:?}"
+    );
 
     let limit = Duration::from_millis(4 * DB_TIMEOUT_MS) + Duration::from_secs(2);
     for s in &probes {
