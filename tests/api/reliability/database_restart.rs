@@ -105,16 +105,14 @@ async fn database_restart_gives_503_then_recovers() {
     let lost: Vec<&Sample> = all.iter().filter(|s| s.status.is_none()).collect();
     assert!(lost.is_empty(), "requests without an answer: {lost:?}");
 
-    // Writes refused with 503 ran nowhere: retried with the same key they run once;
-    // acknowledged ones are all there, once.
+    // A write refused with 503 ran at most once (usually not at all: one whose
+    // commit raced the stop may have landed, its answer lost); retried with the same
+    // key it is there once. Acknowledged ones are all there, once.
     let mut conn = PgConnection::establish(&url).expect("connect");
     let refused: Vec<String> = during.iter().filter_map(|s| s.key.clone()).collect();
     for k in &refused {
-        assert_eq!(
-            checkpoints_of(&mut conn, k),
-            0,
-            "a write answered 503 was applied: {k}"
-        );
+        let n = checkpoints_of(&mut conn, k);
+        assert!(n <= 1, "a write answered 503 was applied {n} times: {k}");
         let r = client.checkpoint(k).send().await.expect("retry");
         assert_eq!(r.status(), 201, "retry of {k}");
     }
