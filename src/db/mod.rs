@@ -251,45 +251,73 @@ where
     T: Send + 'static,
     A: FnMut(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
-    let owned = pool.clone();
-    blocking(pool, move || {
-        let mut conn = checkout(&owned)?;
-        retry_on(&mut conn, &mut attempt)
-    })
-    .await
+    blocking(pool, move |conn| retry_on(conn, &mut attempt)).await
 }
 
 /// How long a request waits for one unit of database work (or for its group's
-/// answer, `perf::lanes`) before it is answered 503: a checkout and a statement
-/// each end within the pool's timeout (`ORBIT_DB_TIMEOUT_MS`, also the statement
-/// timeout), and the work may retry or queue behind a group or two. A server that
-/// stops answering on an open connection (frozen, or a network that drops what it
-/// sends while its kernel still acknowledges ours) trips neither of those nor
-/// TCP's own timeouts, so this is the limit that holds then: the thread stays
-/// blocked until the connection answers or fails, and a write it carried may still
-/// commit, as after a lost connection (a retry with its Idempotency-Key replays it
-/// or runs it once).
+/// answer, `perf::lanes`) before it is answered 503: a checkout ends within the
+/// pool's timeout (`ORBIT_DB_TIMEOUT_MS`) and a statement within the statement
+/// timeout (the same, at least 1 s), and the work may retry or queue behind a group
+/// or two. A server that stops answering on an open connection (frozen, or a
+/// network that drops what it sends while its kernel still acknowledges ours)
+/// trips neither of those nor TCP's own timeouts, so this is the limit that holds
+/// then.
 pub fn deadline(pool: &PgPool) -> Duration {
-    pool.connection_timeout().saturating_mul(4)
+    pool.connection_timeout()
+        .max(Duration::from_secs(1))
+        .saturating_mul(4)
 }
 
-/// Runs `work` (database work on a blocking thread) and waits for it at most
-/// [`deadline`]; past it the answer is 503.
+/// Where a unit of work of [`blocking`] stands: its thread may not have taken it
+/// up yet when its request is answered.
+const QUEUED: u8 = 0;
+const STARTED: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+/// Runs `work` on a blocking thread, on one pooled connection, and waits for it at
+/// most [`deadline`]; past it the answer is 503. Work that no thread has taken up
+/// by then is withdrawn and never runs, and work whose checkout ends after the
+/// deadline does not start, so that 503 changed nothing. Only work already under
+/// way (its thread blocked on a connection that stopped answering) may still
+/// commit once the server answers, as after a lost connection: a retry with the
+/// write's Idempotency-Key replays it or runs it once (docs/OPERATIONS.md, "When
+/// the database is away").
 async fn blocking<T, W>(pool: &PgPool, work: W) -> ApiResult<T>
 where
     T: Send + 'static,
-    W: FnOnce() -> ApiResult<T> + Send + 'static,
+    W: FnOnce(&mut PgConnection) -> ApiResult<T> + Send + 'static,
 {
+    use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
     let limit = deadline(pool);
-    match tokio::time::timeout(limit, actix_web::web::block(work)).await {
+    let until = std::time::Instant::now() + limit;
+    let state = std::sync::Arc::new(AtomicU8::new(QUEUED));
+    let (owned, taken) = (pool.clone(), state.clone());
+    let job = move || {
+        if taken
+            .compare_exchange(QUEUED, STARTED, SeqCst, SeqCst)
+            .is_err()
+        {
+            return Err(ApiError::unavailable());
+        }
+        let mut conn = checkout(&owned)?;
+        if std::time::Instant::now() >= until {
+            return Err(ApiError::unavailable());
+        }
+        work(&mut conn)
+    };
+    match tokio::time::timeout(limit, actix_web::web::block(job)).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "blocking task failed");
             Err(ApiError::internal())
         }
         Err(_) => {
+            let unrun = state
+                .compare_exchange(QUEUED, WITHDRAWN, SeqCst, SeqCst)
+                .is_ok();
             tracing::warn!(
                 deadline_ms = limit.as_millis() as u64,
+                withdrawn_unrun = unrun,
                 "database work unanswered past its deadline: the server stopped answering"
             );
             Err(ApiError::unavailable())
@@ -374,12 +402,7 @@ where
     T: Send + 'static,
     F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
-    let owned = pool.clone();
-    blocking(pool, move || {
-        let mut conn = checkout(&owned)?;
-        work(&mut conn).map_err(ApiError::from)
-    })
-    .await
+    blocking(pool, move |conn| work(conn).map_err(ApiError::from)).await
 }
 
 /// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:

@@ -284,6 +284,75 @@ async fn a_frozen_database_is_503_within_the_deadline() {
     drop(serve);
 }
 
+/// Writes a frozen database kept waiting for a thread, answered 503 at the
+/// deadline, never run afterwards: the work no thread took up in time is
+/// withdrawn, so when the server answers again only the writes already under way
+/// (one per pooled connection) may land. Memory records ignore keys, so a write
+/// that ran after its 503 would be a second record once its client retried.
+/// (A review, 2026-12-07: the deadline answered 503 and left the work queued.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_a_frozen_database_kept_waiting_never_runs_after_its_503() {
+    let (pg, url) = migrated_cluster("oc-rel-withdrawn");
+    let env = with_setting(load_env(&url), "ORBIT_DB_TIMEOUT_MS", DB_TIMEOUT_MS);
+    let env = with_setting(env, "ORBIT_DB_POOL_SIZE", 2);
+    let env = with_setting(env, "ORBIT_WORKERS", 1);
+    let serve = start_serve(pg.dir(), "serve", &env).await;
+    let base = serve.base();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let remote = crate::harness::Remote::new(http.clone(), base.clone());
+    let owner = remote.register("owner").await;
+    let orbit = remote.orbit(&owner, "frozen-memory").await;
+    // Members added by the owner: each agent's first write on this instance is its
+    // memory record below, which runs on a blocking thread of its own (no group).
+    let mut agents = Vec::new();
+    for i in 0..24 {
+        let a = remote.register(&format!("writer-{i}")).await;
+        let r = http
+            .put(format!("{base}/api/v1/orbits/{orbit}/members/{}", a.id))
+            .bearer_auth(&owner.token)
+            .json(&json!({"role": "CONTRIBUTOR"}))
+            .send()
+            .await
+            .expect("add member");
+        assert_eq!(r.status(), 201);
+        agents.push(a);
+    }
+
+    let frozen = Frozen::cluster(pg.dir());
+    let writes = agents.iter().enumerate().map(|(i, a)| {
+        http.post(format!("{base}/api/v1/orbits/{orbit}/memory"))
+            .bearer_auth(&a.token)
+            .json(&json!({"content": format!("frozen-{i}")}))
+            .send()
+    });
+    let answers = futures::future::join_all(writes).await;
+    let statuses: Vec<Option<u16>> = answers
+        .iter()
+        .map(|r| r.as_ref().ok().map(|r| r.status().as_u16()))
+        .collect();
+    drop(frozen);
+    assert!(
+        statuses.iter().all(|s| *s == Some(503)),
+        "answers while frozen: {statuses:?}\n{}",
+        serve.log_tail()
+    );
+    // The server answers again; whatever was still waiting had its chance to run.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut conn = PgConnection::establish(&url).expect("connect");
+    let landed = sql_i64(
+        &mut conn,
+        "SELECT count(*) AS n FROM memory_records WHERE content LIKE 'frozen-%'",
+    );
+    assert!(
+        landed <= 2,
+        "{landed} memory records answered 503 landed after the freeze (pool of 2)"
+    );
+    drop(serve);
+}
+
 /// Every process of a private cluster stopped (SIGSTOP) until this is dropped.
 struct Frozen(Vec<String>);
 
