@@ -15,7 +15,9 @@
 //! instance killed mid-request leaves that change to be sent again by whichever
 //! instance claims the subscription next, after the claim runs out. Exactly one
 //! instance delivers a subscription at a time: every record names the claim
-//! (instance, `claim_seq`) and changes nothing once it was lost.
+//! (instance, `claim_seq`) and changes nothing once it was lost. A live instance
+//! whose database stopped answering asks again ([`persisting`]) while its claim
+//! lasts, so a restart costs the delivery the outage, not the rest of the claim.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -385,7 +387,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
                 | tokio::sync::broadcast::error::TryRecvError::Closed)
         ) {}
         let (orbit, after) = (c.out_orbit, c.out_through);
-        let page = match blocking(&ctx.core.pool, move |conn| {
+        let page = match persisting(&ctx, ours_until, move |conn| {
             crate::store::changes::load_page(conn, orbit, after, PAGE)
         })
         .await
@@ -407,7 +409,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
         }
         if page.is_empty() || ctx.stopping() {
             let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
-            let _ = blocking(&ctx.core.pool, move |conn| {
+            let _ = persisting(&ctx, ours_until, move |conn| {
                 store::release(conn, id, &instance, seq)
             })
             .await;
@@ -438,7 +440,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
             }
             let sent = send(&http, &s, &c, change).await;
             let asked = Instant::now();
-            let outcome = record(&ctx, &c, change.revision, Some(sent.ok), &sent).await;
+            let outcome = record(&ctx, &c, ours_until, change.revision, Some(sent.ok), &sent).await;
             match outcome.as_deref() {
                 Some("DELIVERED") => {
                     ours_until = asked + claim_for;
@@ -460,7 +462,11 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
         if let Some(revision) = skipped_to {
             let none = Sent::default();
             let asked = Instant::now();
-            if record(&ctx, &c, revision, None, &none).await.as_deref() != Some("DELIVERED") {
+            if record(&ctx, &c, ours_until, revision, None, &none)
+                .await
+                .as_deref()
+                != Some("DELIVERED")
+            {
                 return;
             }
             ours_until = asked + claim_for;
@@ -498,6 +504,7 @@ struct Sent {
 async fn record(
     ctx: &Ctx,
     c: &Claimed,
+    ours_until: Instant,
     revision: i64,
     ok: Option<bool>,
     sent: &Sent,
@@ -505,7 +512,7 @@ async fn record(
     let s = ctx.settings;
     let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
     let (status, error, duration_ms) = (sent.status, sent.error.clone(), sent.duration_ms);
-    let result = blocking(&ctx.core.pool, move |conn| {
+    let result = persisting(ctx, ours_until, move |conn| {
         let attempt = Attempt {
             revision,
             ok,
@@ -617,6 +624,29 @@ async fn send(http: &reqwest::Client, s: &Settings, c: &Claimed, change: &Change
 
 fn timed_out(s: &Settings) -> String {
     format!("no answer within {} ms", s.timeout.as_millis())
+}
+
+/// [`blocking`], asked again while the database does not answer (an outage, a
+/// restart), backing off from 100 ms to 1 s, until `until` (the end of the claim as
+/// this instance counts it) or the engine stops. Safe to repeat: a record, a
+/// release and a read change nothing once the claim was lost. Giving up at once
+/// would leave the claim to run out before anyone delivers again.
+async fn persisting<T, F>(ctx: &Ctx, until: Instant, work: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PgConnection) -> QueryResult<T> + Clone + Send + 'static,
+{
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match blocking(&ctx.core.pool, work.clone()).await {
+            Ok(v) => return Ok(v),
+            Err(e) if ctx.stopping() || Instant::now() + pause >= until => return Err(e),
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 /// Runs database work on a blocking thread, on a pooled connection.

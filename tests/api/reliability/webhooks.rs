@@ -287,3 +287,86 @@ async fn webhook_delivery_resumes_after_a_database_restart() {
         g.verify(secret).unwrap();
     }
 }
+
+/// A database restart while a delivery is out: the receiver answers while the
+/// database is down, so the attempt cannot be recorded at once. The live instance
+/// records it as soon as the database answers again (its claim is still its own),
+/// so the change is not sent twice and the next ones follow at once, instead of
+/// waiting for the claim to run out (15 s here). (A probe, 2026-12-07: deliveries
+/// stalled for up to 15 s after the database was back, and the change in flight
+/// was sent again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_answered_during_a_database_restart_is_recorded_when_it_returns() {
+    let (pg, url) = migrated_cluster("oc-rel-hookrec");
+    let mut env = load_env(&url);
+    env.push(("ORBIT_WEBHOOK_ALLOW_PRIVATE", "true".into()));
+    env.push(("ORBIT_WEBHOOK_RETRY_BASE_MS", "100".into()));
+    env.push(("ORBIT_DB_TIMEOUT_MS", "1000".into()));
+    let mut serve = start_serve(pg.dir(), "serve", &env).await;
+    let base = serve.base();
+    let rx = Receiver::start_with(Plan {
+        delay: Duration::from_millis(1500),
+        ..Plan::default()
+    })
+    .expect("start the webhook receiver");
+    let client = Client::register(&base).await;
+    let (status, orbit) = client
+        .post(
+            format!("{base}/api/v1/orbits"),
+            None,
+            json!({"slug": "recorded", "name": "recorded"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{orbit}");
+    let orbit = orbit["data"]["id"].as_i64().unwrap();
+    let (status, hook) = client
+        .post(
+            format!("{base}/api/v1/me/webhooks"),
+            None,
+            json!({"orbit": orbit, "url": rx.url}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hook}");
+    let first = client.write(&base, orbit, 0).await;
+    let out = Instant::now();
+    while rx.in_flight() == 0 {
+        assert!(out.elapsed() < Duration::from_secs(20), "nothing was sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The receiver holds it 1.5 s; the database is down before it answers.
+    tokio::task::block_in_place(|| pg.cluster().stop_now()).expect("stop PostgreSQL");
+    rx.set_plan(Plan::default());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::block_in_place(|| pg.cluster().restart()).expect("restart PostgreSQL");
+    serve
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .expect("ready again");
+    let back = Instant::now();
+    let mut last = 0;
+    for n in 1..3 {
+        last = client.write(&base, orbit, n).await;
+    }
+    let got = rx
+        .wait_for(Duration::from_secs(30), |g| {
+            g.last().is_some_and(|l| l.revision() == last)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let waited = back.elapsed();
+    let seen: Vec<i64> = got.iter().map(|g| g.revision()).collect();
+    assert!(
+        waited < Duration::from_secs(6),
+        "the next changes waited {waited:?} after the database was back: {seen:?}\n{}",
+        serve.log_tail()
+    );
+    assert_eq!(
+        seen.iter().filter(|r| **r == first).count(),
+        1,
+        "the change in flight was sent again: {seen:?}"
+    );
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "out of order: {seen:?}"
+    );
+}
