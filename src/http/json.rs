@@ -598,6 +598,10 @@ pub fn arguments<T: DeserializeOwned + Validate>(value: Value) -> ApiResult<T> {
     deserialize_all(value, &T::validate)
 }
 
+/// The most elements of one list named in one 422; a list with more bad ones is
+/// then named as a whole (each named element costs a parse of the body).
+const MAX_NAMED_ELEMENTS: usize = 16;
+
 /// Values tried for a required field that is missing or invalid, so that parsing can
 /// go on and find the other fields' problems.
 const PROBES: [fn() -> Value; 6] = [
@@ -614,8 +618,10 @@ const PROBES: [fn() -> Value; 6] = [
 /// a required field that is missing (or was taken out) gets a stand-in value so the
 /// fields after it are still checked; an element of a top-level list with a wrong
 /// type gets a stand-in in its place, so the list's other elements are checked too
-/// and its length stays; then the type's own checks run on the fields and elements
-/// that were valid. Problems are in plain words (`plain_words`).
+/// (up to [`MAX_NAMED_ELEMENTS`] named); then the type's own checks run on the
+/// fields and elements that were valid, a list's own rules where they hold both
+/// with its stand-ins and without them. Problems are in plain words
+/// (`plain_words`).
 fn deserialize_all<T: DeserializeOwned>(
     mut value: Value,
     validate: &dyn Fn(&T, &mut FieldErrors),
@@ -623,10 +629,9 @@ fn deserialize_all<T: DeserializeOwned>(
     let mut errors = FieldErrors::default();
     // Top-level fields that carry a stand-in: their own checks are not reported.
     let mut stand_ins: Vec<String> = Vec::new();
-    // Elements of top-level lists that carry a stand-in (`field[i]`): their own
-    // checks are not reported either. (A stand-in is the first probe that fits, an
-    // id 1 or a text "x": no list rule of ours reads it as a problem of the list.)
-    let mut element_stand_ins: Vec<String> = Vec::new();
+    // Elements of top-level lists that carry a stand-in, by list: their own checks
+    // are not reported, and the list's own rules are judged without them.
+    let mut element_stand_ins: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
     // For each stand-in, which probe it holds now.
     let mut probe_of: std::collections::BTreeMap<String, usize> = Default::default();
     for _ in 0..256 {
@@ -640,16 +645,41 @@ fn deserialize_all<T: DeserializeOwned>(
                 }
                 let mut own = FieldErrors::default();
                 validate(&parsed, &mut own);
-                for (field, problems) in own.into_inner() {
-                    let top = field.split(['.', '[']).next().unwrap_or(&field).to_owned();
-                    let in_stand_in = element_stand_ins.iter().any(|at| {
-                        field
-                            .strip_prefix(at.as_str())
-                            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+                // A list's own rules (its length, its values together) read the
+                // stand-ins as values, and the list without them is not the one
+                // sent (`[5]` would be empty): a list's own problem is named when
+                // the list reads so both with its stand-ins and without them.
+                let mut trimmed = value.clone();
+                for (top, slots) in &element_stand_ins {
+                    if let Some(list) = trimmed.get_mut(top).and_then(Value::as_array_mut) {
+                        for i in slots.iter().rev() {
+                            list.remove(*i);
+                        }
+                    }
+                }
+                let mut lists = FieldErrors::default();
+                if let Ok(without) = serde_path_to_error::deserialize::<_, T>(&trimmed) {
+                    validate(&without, &mut lists);
+                }
+                let lists = lists.into_inner();
+                let own = own.into_inner();
+                for (field, problems) in &own {
+                    let top = field.split(['.', '[']).next().unwrap_or(field).to_owned();
+                    let slots = element_stand_ins.get(&top);
+                    let in_stand_in = slots.is_some_and(|slots| {
+                        *field == top || element_of(field, &top).is_some_and(|i| slots.contains(&i))
                     });
                     if !stand_ins.contains(&top) && !in_stand_in {
                         for p in problems {
-                            errors.add(&field, p);
+                            errors.add(field, p.clone());
+                        }
+                    }
+                }
+                for top in element_stand_ins.keys() {
+                    let with = own.get(top).map(Vec::as_slice).unwrap_or_default();
+                    for p in lists.get(top).into_iter().flatten() {
+                        if with.contains(p) {
+                            errors.add(top, p.clone());
                         }
                     }
                 }
@@ -663,6 +693,44 @@ fn deserialize_all<T: DeserializeOwned>(
         let Some(map) = value.as_object_mut() else {
             break;
         };
+        // An element of a top-level list that a probe stands in for, or a new
+        // problem of one (not a field missing or unknown inside it).
+        let element = element_of(&path, &top).filter(|i| {
+            element_stand_ins.get(&top).is_some_and(|s| s.contains(i))
+                || !(inner.starts_with("missing field `") || inner.starts_with("unknown field `"))
+        });
+        if let Some(i) = element.filter(|_| !stand_ins.contains(&top)) {
+            let slots = element_stand_ins.entry(top.clone()).or_default();
+            let full = !slots.contains(&i) && slots.len() >= MAX_NAMED_ELEMENTS;
+            if full {
+                errors.add(
+                    &top,
+                    format!("has more than {MAX_NAMED_ELEMENTS} invalid elements"),
+                );
+            } else if !slots.contains(&i) {
+                errors.add(&path, plain_words(&inner));
+                slots.push(i);
+            }
+            // The next probe until one fits; past the last probe, or past
+            // `MAX_NAMED_ELEMENTS` elements named, the whole list is the problem.
+            let next = probe_of.entry(format!("{top}[{i}]")).or_insert(0);
+            let slot = map
+                .get_mut(&top)
+                .and_then(Value::as_array_mut)
+                .and_then(|list| list.get_mut(i));
+            match slot {
+                Some(slot) if *next < PROBES.len() && !full => {
+                    *slot = PROBES[*next]();
+                    *next += 1;
+                }
+                _ => {
+                    element_stand_ins.remove(&top);
+                    stand_ins.push(top.clone());
+                    map.remove(&top);
+                }
+            }
+            continue;
+        }
         if let Some(field) = between_backticks(&inner, "missing field `") {
             let full = if path == "." {
                 field.clone()
@@ -728,28 +796,6 @@ fn deserialize_all<T: DeserializeOwned>(
             }
             map.insert(top, PROBES[*next]());
             *next += 1;
-        } else if let Some(slot) = element_of(&path, &top).and_then(|i| {
-            map.get_mut(&top)?
-                .as_array_mut()?
-                .get_mut(i)
-                .map(|v| (i, v))
-        }) {
-            // An element of a top-level list (or something inside one): noted once,
-            // then the next probe stands in for it until one fits.
-            let (i, element) = slot;
-            let at = format!("{top}[{i}]");
-            if !element_stand_ins.contains(&at) {
-                errors.add(&path, plain_words(&inner));
-                element_stand_ins.push(at.clone());
-            }
-            let next = probe_of.entry(at).or_insert(0);
-            if *next < PROBES.len() {
-                *element = PROBES[*next]();
-                *next += 1;
-            } else {
-                stand_ins.push(top.clone());
-                map.remove(&top);
-            }
         } else {
             errors.add(&path, plain_words(&inner));
             stand_ins.push(top.clone());

@@ -332,6 +332,53 @@ async fn validation_names_every_bad_element_of_a_list() {
     );
     assert_eq!(errors["tags[2]"][0], "must be a string");
 
+    // A list's own rules never read a stand-in: a webhook's kinds of the wrong
+    // type are named, not taken for unknown or repeated kinds.
+    for kinds in [json!([5]), json!([5, 6]), json!([5, "task.created", 6])] {
+        let r = app
+            .post_keyed(
+                "/api/v1/me/webhooks",
+                &a.token,
+                json!({"orbit": c.orbit, "url": "https://example.com/hook", "kinds": kinds}),
+            )
+            .await;
+        r.assert_error(422, "validation_failed");
+        let named: BTreeSet<&str> = r.json["errors"]
+            .as_object()
+            .expect("errors")
+            .keys()
+            .map(String::as_str)
+            .filter(|k| k.starts_with("kinds"))
+            .collect();
+        let bad: BTreeSet<String> = kinds
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.is_number())
+            .map(|(i, _)| format!("kinds[{i}]"))
+            .collect();
+        assert_eq!(
+            named,
+            bad.iter().map(String::as_str).collect(),
+            "{kinds}: {}",
+            r.text
+        );
+    }
+    // Past 16 bad elements, the list is named as a whole.
+    let many: Vec<Value> = (0..40).map(|i| json!(format!("bad-{i}"))).collect();
+    let r = app
+        .post_keyed(&path, &a.token, contribution(Value::Array(many)))
+        .await;
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    assert_eq!(errors.len(), 17, "{}", r.text);
+    assert_eq!(
+        errors["artifact_ids"][0], "has more than 16 invalid elements",
+        "{}",
+        r.text
+    );
+
     // Over MCP, the same rules name the same elements.
     let mcp = connect(&app, a).await;
     let r = call(
