@@ -11,11 +11,12 @@
 //! A token is found only under the kind its prefix names. An uncached token whose
 //! lookup names no row still runs argon2 (against a dummy hash), so an unknown
 //! lookup costs what a wrong secret costs. After `FAILURES_PER_LOOKUP` failed
-//! verifications of one lookup from one client address within `FAILURE_WINDOW`,
-//! further uncached attempts with that lookup from that address are 429 without
-//! argon2 or a database read, so a flood of wrong secrets cannot take the cores
-//! honest first requests need, and cannot lock the token's owner out from another
-//! address; a cached token never runs argon2 and is not affected (issue 26,
+//! verifications of one lookup from one client address within `FAILURE_WINDOW`
+//! (or `FAILURES_PER_LOOKUP_EVERYWHERE` from all addresses), further uncached
+//! attempts with that lookup from that address (from any) are 429 without argon2
+//! or a database read, so a flood of wrong secrets cannot take the cores honest
+//! first requests need, and one address cannot lock the token's owner out from
+//! another; a cached token never runs argon2 and is not affected (issue 26,
 //! findings 4 and 5).
 
 pub mod token;
@@ -65,12 +66,24 @@ const CACHE_MAX_ENTRIES: usize = 100_000;
 /// Failed verifications of one lookup from one address allowed per window on an
 /// instance.
 pub const FAILURES_PER_LOOKUP: u32 = 5;
+/// Failed verifications of one lookup from all addresses together allowed per
+/// window on an instance: what many addresses (a botnet, an IPv6 range) may make
+/// an instance spend in argon2 on one token, at the price of refusing its owner's
+/// first request there too once that many tried.
+pub const FAILURES_PER_LOOKUP_EVERYWHERE: u32 = 10 * FAILURES_PER_LOOKUP;
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 pub type CacheKey = [u8; 32];
 
-/// Whose failed verifications count together: a token's lookup, from one address.
-type FailureKey = (String, Option<IpAddr>);
+/// Whose failed verifications count together: a token's lookup, from one address
+/// (`None`: a request the limiter did not judge) or from all of them.
+type FailureKey = (String, Source);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Source {
+    Address(Option<IpAddr>),
+    Everywhere,
+}
 
 #[derive(Clone)]
 struct CacheEntry {
@@ -171,16 +184,24 @@ impl TokenCache {
         self.put(verified.key, verified.token_id, &verified.actor);
     }
 
-    /// Seconds until `key` may be verified again, when it has used up its failed
-    /// verifications for the window.
-    fn blocked_for(&self, key: &FailureKey) -> Option<u64> {
+    /// Seconds until `lookup` may be verified again from `from`, when it has used
+    /// up its failed verifications for the window from there or from everywhere.
+    fn blocked_for(&self, lookup: &str, from: Option<IpAddr>) -> Option<u64> {
         let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let (count, since) = failures.get(key)?;
-        let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
-        (*count >= FAILURES_PER_LOOKUP).then(|| left.as_secs() + 1)
+        [
+            (Source::Address(from), FAILURES_PER_LOOKUP),
+            (Source::Everywhere, FAILURES_PER_LOOKUP_EVERYWHERE),
+        ]
+        .into_iter()
+        .filter_map(|(source, limit)| {
+            let (count, since) = failures.get(&(lookup.to_owned(), source))?;
+            let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
+            (*count >= limit).then(|| left.as_secs() + 1)
+        })
+        .max()
     }
 
-    fn failed(&self, key: FailureKey) {
+    fn failed(&self, lookup: &str, from: Option<IpAddr>) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         if failures.len() >= CACHE_MAX_ENTRIES {
             failures.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
@@ -188,16 +209,22 @@ impl TokenCache {
                 failures.clear();
             }
         }
-        let entry = failures.entry(key).or_insert((0, Instant::now()));
-        if entry.1.elapsed() >= FAILURE_WINDOW {
-            *entry = (0, Instant::now());
+        for source in [Source::Address(from), Source::Everywhere] {
+            let entry = failures
+                .entry((lookup.to_owned(), source))
+                .or_insert((0, Instant::now()));
+            if entry.1.elapsed() >= FAILURE_WINDOW {
+                *entry = (0, Instant::now());
+            }
+            entry.0 += 1;
         }
-        entry.0 += 1;
     }
 
-    fn succeeded(&self, key: &FailureKey) {
+    /// A verification of `lookup` from `from` succeeded: that address starts
+    /// afresh (the count of every address stands: it bounds argon2 runs).
+    fn succeeded(&self, lookup: &str, from: Option<IpAddr>) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.remove(key);
+        failures.remove(&(lookup.to_owned(), Source::Address(from)));
     }
 
     /// Drops failure windows that have ended and verified tokens not seen within
@@ -227,7 +254,8 @@ impl TokenCache {
 
 /// The client's address as the rate limiter judged it (`http::ratelimit` leaves it
 /// in the request's extensions): a [`Bearer`] carries it, so failed verifications
-/// count per lookup and address.
+/// count per lookup and address. Every route that reads a token is behind the
+/// limiter; a request it did not judge (none today) counts as one unknown address.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub IpAddr);
 
@@ -452,11 +480,10 @@ impl Bearer {
             token::parse(token).ok_or_else(|| ApiError::unauthorized("The token is invalid."))?;
         let key = cache.cache_key(token);
         let cached = cache.get(&key).map(|e| e.token_id);
-        let failures = (parsed.lookup.to_owned(), self.from);
         let by = match cached {
             Some(token_id) => TokenKey::Id(token_id),
             None => {
-                if let Some(seconds) = cache.blocked_for(&failures) {
+                if let Some(seconds) = cache.blocked_for(parsed.lookup, self.from) {
                     return Err(ApiError::too_many_requests(seconds).into());
                 }
                 TokenKey::Lookup(parsed.lookup, parsed.kind.as_db())
@@ -470,7 +497,7 @@ impl Bearer {
                         .misses
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                cache.failed(failures);
+                cache.failed(parsed.lookup, self.from);
             }
             return Err(ApiError::unauthorized("The token is invalid.").into());
         };
@@ -482,10 +509,10 @@ impl Bearer {
                 cache
                     .misses
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cache.failed(failures);
+                cache.failed(parsed.lookup, self.from);
                 return Err(ApiError::unauthorized("The token is invalid.").into());
             }
-            cache.succeeded(&failures);
+            cache.succeeded(parsed.lookup, self.from);
         }
         let caller = admit(conn, cache, key, fresh, row)?;
         Ok((caller, extra))

@@ -182,4 +182,29 @@ async fn a_flood_of_wrong_secrets_refuses_its_own_address_only() {
         "{}",
         r.text().await.unwrap_or_default()
     );
+
+    // Many addresses together still meet a ceiling: 12 addresses × 5 wrong secrets
+    // on another fresh instance run argon2 at most 50 times; then the lookup is
+    // refused from everywhere for the window.
+    let fresh = app.another_instance();
+    let me = |token: &str, from: &str| {
+        app.client
+            .get(fresh.url("/api/v1/me"))
+            .bearer_auth(token)
+            .header("X-Forwarded-For", from)
+            .send()
+    };
+    const MISSES: &str = "orbit_token_cache_misses_total";
+    let [before] = fresh.metrics([MISSES]).await;
+    for host in 1..=12 {
+        for i in 0..5 {
+            let wrong = with_secret(&victim.token, if i % 2 == 0 { 'C' } else { 'D' });
+            let from = format!("203.0.113.{host}");
+            me(&wrong, &from).await.expect("flood");
+        }
+    }
+    let [after] = fresh.metrics([MISSES]).await;
+    assert!(after - before <= 50, "{} argon2 runs", after - before);
+    let r = me(&victim.token, "192.0.2.1").await.expect("me");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
 }
