@@ -277,6 +277,13 @@ async fn a_replayed_acquire_is_marked_and_the_lease_reads_as_it_is_now() {
 /// Every bad element of a list is named, each at its index, beside the list's own
 /// rule on the elements that parsed, in one 422. (A probe, 2026-12-07: only the
 /// first bad element was named, and the list's own rules waited for the next try.)
+/// The fields a 422 `validation_failed` names.
+fn refused_fields(r: &Resp) -> BTreeSet<&str> {
+    r.assert_error(422, "validation_failed");
+    let errors = r.json["errors"].as_object().expect("errors");
+    errors.keys().map(String::as_str).collect()
+}
+
 #[tokio::test]
 async fn validation_names_every_bad_element_of_a_list() {
     let app = TestApp::spawn().await;
@@ -288,16 +295,16 @@ async fn validation_names_every_bad_element_of_a_list() {
     let r = app
         .post_keyed(&path, &a.token, contribution(json!(["y", 3, "x"])))
         .await;
-    r.assert_error(422, "validation_failed");
-    let errors = r.json["errors"].as_object().expect("errors");
-    let fields: BTreeSet<&str> = errors.keys().map(String::as_str).collect();
     assert_eq!(
-        fields,
+        refused_fields(&r),
         BTreeSet::from(["artifact_ids[0]", "artifact_ids[2]"]),
         "{}",
         r.text
     );
-    assert_eq!(errors["artifact_ids[2]"][0], "must be a whole number");
+    assert_eq!(
+        r.json["errors"]["artifact_ids[2]"][0],
+        "must be a whole number"
+    );
 
     let r = app
         .post_keyed(&path, &a.token, contribution(json!([0, "x"])))
@@ -321,16 +328,13 @@ async fn validation_names_every_bad_element_of_a_list() {
             json!({"content": "c", "tags": ["", "a".repeat(65), 5, "fine"]}),
         )
         .await;
-    r.assert_error(422, "validation_failed");
-    let errors = r.json["errors"].as_object().expect("errors");
-    let fields: BTreeSet<&str> = errors.keys().map(String::as_str).collect();
     assert_eq!(
-        fields,
+        refused_fields(&r),
         BTreeSet::from(["tags[0]", "tags[1]", "tags[2]"]),
         "{}",
         r.text
     );
-    assert_eq!(errors["tags[2]"][0], "must be a string");
+    assert_eq!(r.json["errors"]["tags[2]"][0], "must be a string");
 
     // A list's own rules never read a stand-in: a webhook's kinds of the wrong
     // type are named, not taken for unknown or repeated kinds.
@@ -342,12 +346,8 @@ async fn validation_names_every_bad_element_of_a_list() {
                 json!({"orbit": c.orbit, "url": "https://example.com/hook", "kinds": kinds}),
             )
             .await;
-        r.assert_error(422, "validation_failed");
-        let named: BTreeSet<&str> = r.json["errors"]
-            .as_object()
-            .expect("errors")
-            .keys()
-            .map(String::as_str)
+        let named: BTreeSet<&str> = refused_fields(&r)
+            .into_iter()
             .filter(|k| k.starts_with("kinds"))
             .collect();
         let bad: BTreeSet<String> = kinds

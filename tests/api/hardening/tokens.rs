@@ -156,13 +156,7 @@ async fn a_flood_of_wrong_secrets_refuses_its_own_address_only() {
     let victim = app.agent("victim").await;
     // An instance that has not seen the victim's token.
     let fresh = app.another_instance();
-    let me = |token: &str, from: &str| {
-        app.client
-            .get(fresh.url("/api/v1/me"))
-            .bearer_auth(token)
-            .header("X-Forwarded-For", from)
-            .send()
-    };
+    let me = |token: &str, from: &str| me_from(&app, &fresh, token, from);
     let (attacker, owner) = ("203.0.113.7", "198.51.100.9");
     let mut statuses = Vec::new();
     for i in 0..12 {
@@ -187,13 +181,7 @@ async fn a_flood_of_wrong_secrets_refuses_its_own_address_only() {
     // on another fresh instance run argon2 at most 50 times; then the lookup is
     // refused from everywhere for the window.
     let fresh = app.another_instance();
-    let me = |token: &str, from: &str| {
-        app.client
-            .get(fresh.url("/api/v1/me"))
-            .bearer_auth(token)
-            .header("X-Forwarded-For", from)
-            .send()
-    };
+    let me = |token: &str, from: &str| me_from(&app, &fresh, token, from);
     const MISSES: &str = "orbit_token_cache_misses_total";
     let [before] = fresh.metrics([MISSES]).await;
     for host in 1..=12 {
@@ -207,4 +195,19 @@ async fn a_flood_of_wrong_secrets_refuses_its_own_address_only() {
     assert!(after - before <= 50, "{} argon2 runs", after - before);
     let r = me(&victim.token, "192.0.2.1").await.expect("me");
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// `GET /me` on `instance` with `token`, from the client address `from` (the
+/// instances trust 127.0.0.1's `X-Forwarded-For`).
+fn me_from(
+    app: &TestApp,
+    instance: &TestApp,
+    token: &str,
+    from: &str,
+) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> {
+    app.client
+        .get(instance.url("/api/v1/me"))
+        .bearer_auth(token)
+        .header("X-Forwarded-For", from)
+        .send()
 }

@@ -54,6 +54,30 @@ impl Client {
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
+    /// A new agent, its new orbit `slug`, and its subscription of the orbit's
+    /// changes to `rx` (the create answer).
+    async fn subscribed(base: &str, slug: &str, rx: &Receiver) -> (Client, i64, Value) {
+        let client = Client::register(base).await;
+        let (status, orbit) = client
+            .post(
+                format!("{base}/api/v1/orbits"),
+                None,
+                json!({"slug": slug, "name": slug}),
+            )
+            .await;
+        assert_eq!(status, 201, "{orbit}");
+        let orbit = orbit["data"]["id"].as_i64().unwrap();
+        let (status, hook) = client
+            .post(
+                format!("{base}/api/v1/me/webhooks"),
+                None,
+                json!({"orbit": orbit, "url": rx.url}),
+            )
+            .await;
+        assert_eq!(status, 201, "{hook}");
+        (client, orbit, hook)
+    }
+
     /// One problem created through `base`; its revision.
     async fn write(&self, base: &str, orbit: i64, n: usize) -> i64 {
         let (status, body) = self
@@ -230,24 +254,7 @@ async fn webhook_delivery_resumes_after_a_database_restart() {
     let mut serve = start_serve(pg.dir(), "serve", &env).await;
     let base = serve.base();
     let rx = Receiver::start().expect("start the webhook receiver");
-    let client = Client::register(&base).await;
-    let (status, orbit) = client
-        .post(
-            format!("{base}/api/v1/orbits"),
-            None,
-            json!({"slug": "restarted", "name": "restarted"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{orbit}");
-    let orbit = orbit["data"]["id"].as_i64().unwrap();
-    let (status, hook) = client
-        .post(
-            format!("{base}/api/v1/me/webhooks"),
-            None,
-            json!({"orbit": orbit, "url": rx.url}),
-        )
-        .await;
-    assert_eq!(status, 201, "{hook}");
+    let (client, orbit, hook) = Client::subscribed(&base, "restarted", &rx).await;
     let mut revisions = Vec::new();
     for n in 0..3 {
         revisions.push(client.write(&base, orbit, n).await);
@@ -309,24 +316,7 @@ async fn an_attempt_answered_during_a_database_restart_is_recorded_when_it_retur
         ..Plan::default()
     })
     .expect("start the webhook receiver");
-    let client = Client::register(&base).await;
-    let (status, orbit) = client
-        .post(
-            format!("{base}/api/v1/orbits"),
-            None,
-            json!({"slug": "recorded", "name": "recorded"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{orbit}");
-    let orbit = orbit["data"]["id"].as_i64().unwrap();
-    let (status, hook) = client
-        .post(
-            format!("{base}/api/v1/me/webhooks"),
-            None,
-            json!({"orbit": orbit, "url": rx.url}),
-        )
-        .await;
-    assert_eq!(status, 201, "{hook}");
+    let (client, orbit, _) = Client::subscribed(&base, "recorded", &rx).await;
     let first = client.write(&base, orbit, 0).await;
     let out = Instant::now();
     while rx.in_flight() == 0 {
