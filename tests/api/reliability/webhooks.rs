@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use orbit_commons::testkit::Scratch;
+use orbit_commons::testkit::{PrivateCluster, Scratch, Service};
 use serde_json::{json, Value};
 
 use super::fleet::{load_env, migrated_cluster, start_serve};
@@ -244,14 +244,21 @@ fn claimed_by(conn: &mut diesel::PgConnection) -> Option<String> {
     .and_then(|r| r.claimed_by)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhook_delivery_resumes_after_a_database_restart() {
-    let (pg, url) = migrated_cluster("oc-rel-hookpg");
+/// One instance on a private cluster of its own (to stop and restart), delivering to
+/// local receivers, retrying after 100 ms, its database timeout 1 s.
+async fn on_its_own_cluster(prefix: &str) -> (PrivateCluster, Service) {
+    let (pg, url) = migrated_cluster(prefix);
     let mut env = load_env(&url);
     env.push(("ORBIT_WEBHOOK_ALLOW_PRIVATE", "true".into()));
     env.push(("ORBIT_WEBHOOK_RETRY_BASE_MS", "100".into()));
     env.push(("ORBIT_DB_TIMEOUT_MS", "1000".into()));
-    let mut serve = start_serve(pg.dir(), "serve", &env).await;
+    let serve = start_serve(pg.dir(), "serve", &env).await;
+    (pg, serve)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_delivery_resumes_after_a_database_restart() {
+    let (pg, mut serve) = on_its_own_cluster("oc-rel-hookpg").await;
     let base = serve.base();
     let rx = Receiver::start().expect("start the webhook receiver");
     let (client, orbit, hook) = Client::subscribed(&base, "restarted", &rx).await;
@@ -304,12 +311,7 @@ async fn webhook_delivery_resumes_after_a_database_restart() {
 /// was sent again.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_answered_during_a_database_restart_is_recorded_when_it_returns() {
-    let (pg, url) = migrated_cluster("oc-rel-hookrec");
-    let mut env = load_env(&url);
-    env.push(("ORBIT_WEBHOOK_ALLOW_PRIVATE", "true".into()));
-    env.push(("ORBIT_WEBHOOK_RETRY_BASE_MS", "100".into()));
-    env.push(("ORBIT_DB_TIMEOUT_MS", "1000".into()));
-    let mut serve = start_serve(pg.dir(), "serve", &env).await;
+    let (pg, mut serve) = on_its_own_cluster("oc-rel-hookrec").await;
     let base = serve.base();
     let rx = Receiver::start_with(Plan {
         delay: Duration::from_millis(1500),
