@@ -956,7 +956,9 @@ BEGIN
     IF NOT FOUND OR v_w.status <> 'ACTIVE' THEN
         RETURN 'LOST';
     END IF;
-    IF p_ok IS NULL THEN
+    -- Nothing to log but the claim's renewal: a change passed over, or a delivery
+    -- already recorded (a record asked again after its answer was lost).
+    IF p_ok IS NULL OR (p_ok AND p_revision <= v_w.delivered_through) THEN
         UPDATE webhooks SET delivered_through = greatest(delivered_through, p_revision),
                claim_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
          WHERE id = p_id;

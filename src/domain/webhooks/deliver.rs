@@ -16,8 +16,9 @@
 //! instance claims the subscription next, after the claim runs out. Exactly one
 //! instance delivers a subscription at a time: every record names the claim
 //! (instance, `claim_seq`) and changes nothing once it was lost. A live instance
-//! whose database stopped answering asks again ([`persisting`]) while its claim
-//! lasts, so a restart costs the delivery the outage, not the rest of the claim.
+//! whose statements fail (the database restarting, away) asks again
+//! ([`persisting`]) while its claim lasts, so a restart costs the delivery the
+//! outage, not the rest of the claim.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -429,7 +430,8 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
             if ours_until.saturating_duration_since(Instant::now()) < needed {
                 // (The attempt's record, next, renews the claim again.)
                 let (id, instance, seq) = (c.out_id, ctx.instance.clone(), c.out_seq);
-                let renewed = blocking(&ctx.core.pool, move |conn| {
+                let asked = Instant::now();
+                let renewed = persisting(&ctx, ours_until, move |conn| {
                     store::renew(conn, id, &instance, seq, s.claim_ms)
                 })
                 .await;
@@ -437,6 +439,7 @@ async fn run_claim(ctx: Arc<Ctx>, http: reqwest::Client, mut c: Claimed, asked: 
                     // Lost, or unknown: the claim runs out and its holder sends.
                     return;
                 }
+                ours_until = asked + claim_for;
             }
             let sent = send(&http, &s, &c, change).await;
             let asked = Instant::now();
@@ -626,11 +629,14 @@ fn timed_out(s: &Settings) -> String {
     format!("no answer within {} ms", s.timeout.as_millis())
 }
 
-/// [`blocking`], asked again while the database does not answer (an outage, a
-/// restart), backing off from 100 ms to 1 s, until `until` (the end of the claim as
-/// this instance counts it) or the engine stops. Safe to repeat: a record, a
-/// release and a read change nothing once the claim was lost. Giving up at once
-/// would leave the claim to run out before anyone delivers again.
+/// [`blocking`], asked again while it fails (the database restarting, away: a
+/// refused connection, a pool timeout), backing off from 100 ms to 1 s, until
+/// `until` (the end of the claim as this instance counts it) or the engine stops.
+/// Safe to repeat: a read, a renewal, a record and a release change nothing once
+/// the claim was lost, and a record of a delivery already recorded is not logged
+/// twice (`webhook_record`). Giving up at once would leave the claim to run out
+/// before anyone delivers again. (A server that hangs without failing holds one
+/// attempt until TCP gives up on it, 30 s; the engine's stop does not wait for it.)
 async fn persisting<T, F>(ctx: &Ctx, until: Instant, work: F) -> Result<T, String>
 where
     T: Send + 'static,

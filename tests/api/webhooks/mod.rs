@@ -968,3 +968,63 @@ async fn a_claim_is_renewed_only_while_no_other_claim_was_made() {
     .unwrap();
     assert!(!renew(&mut conn, id, "b", b, 60_000).unwrap());
 }
+
+/// A delivery's record asked again (its first answer lost, `deliver::persisting`)
+/// is DELIVERED again and logs nothing twice: one log row per attempt made.
+#[tokio::test]
+async fn a_delivery_recorded_twice_is_logged_once() {
+    use diesel::RunQueryDsl;
+    use orbit_commons::store::webhooks::{record, Attempt, Policy};
+    let app = app().await;
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "recorded-twice").await;
+    // Nothing to deliver (it starts at the orbit's revision): the engine leaves it be.
+    let hook = subscribe(
+        &app,
+        &owner,
+        json!({"orbit": orbit, "url": "http://127.0.0.1:9/hook"}),
+    )
+    .await;
+    let id = hook["id"].as_i64().unwrap();
+    let mut conn = app.db.conn();
+    diesel::sql_query(format!(
+        "UPDATE webhooks SET claimed_by = 'a', claim_seq = claim_seq + 1, \
+         claim_until = now() + interval '1 hour' WHERE id = {id}"
+    ))
+    .execute(&mut conn)
+    .unwrap();
+    let seq = sql_i64(
+        &mut conn,
+        &format!("SELECT claim_seq AS n FROM webhooks WHERE id = {id}"),
+    );
+    let through = sql_i64(
+        &mut conn,
+        &format!("SELECT delivered_through AS n FROM webhooks WHERE id = {id}"),
+    );
+    let attempt = Attempt {
+        revision: through + 1,
+        ok: Some(true),
+        status: Some(200),
+        error: None,
+        duration_ms: 5,
+    };
+    let policy = Policy {
+        retry_base_ms: 50,
+        max_attempts: 5,
+        claim_ms: 60_000,
+    };
+    for _ in 0..2 {
+        let outcome = record(&mut conn, (id, "a", seq), &attempt, policy).unwrap();
+        assert_eq!(outcome, "DELIVERED");
+    }
+    let logged = sql_i64(
+        &mut conn,
+        &format!(
+            "SELECT count(*) AS n FROM webhook_deliveries WHERE webhook_id = {id} \
+             AND revision = {}",
+            through + 1
+        ),
+    );
+    assert_eq!(logged, 1, "the attempt logged {logged} times");
+    assert_eq!(deliveries(&app, &owner, id).await.len(), 1);
+}
