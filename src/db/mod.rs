@@ -251,7 +251,10 @@ where
     T: Send + 'static,
     A: FnMut(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
-    blocking(pool, move |conn| retry_on(conn, &mut attempt)).await
+    blocking(pool, move |conn, until| {
+        retry_on(conn, &mut attempt, Some(until))
+    })
+    .await
 }
 
 /// How long a request waits for one unit of database work (or for its group's
@@ -277,15 +280,16 @@ const WITHDRAWN: u8 = 2;
 /// Runs `work` on a blocking thread, on one pooled connection, and waits for it at
 /// most [`deadline`]; past it the answer is 503. Work that no thread has taken up
 /// by then is withdrawn and never runs, and work whose checkout ends after the
-/// deadline does not start, so that 503 changed nothing. Only work already under
-/// way (its thread blocked on a connection that stopped answering) may still
-/// commit once the server answers, as after a lost connection: a retry with the
+/// deadline does not start, nor does a retry after a race (`work` gets the
+/// deadline), so that 503 changed nothing. Only work already under way (its thread
+/// blocked on a connection that stopped answering, or a statement slower than the
+/// deadline) may still commit, as after a lost connection: a retry with the
 /// write's Idempotency-Key replays it or runs it once (docs/OPERATIONS.md, "When
 /// the database is away").
 async fn blocking<T, W>(pool: &PgPool, work: W) -> ApiResult<T>
 where
     T: Send + 'static,
-    W: FnOnce(&mut PgConnection) -> ApiResult<T> + Send + 'static,
+    W: FnOnce(&mut PgConnection, std::time::Instant) -> ApiResult<T> + Send + 'static,
 {
     use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
     let limit = deadline(pool);
@@ -303,7 +307,7 @@ where
         if std::time::Instant::now() >= until {
             return Err(ApiError::unavailable());
         }
-        work(&mut conn)
+        work(&mut conn, until)
     };
     match tokio::time::timeout(limit, actix_web::web::block(job)).await {
         Ok(Ok(answer)) => answer,
@@ -326,8 +330,14 @@ where
 }
 
 /// Runs `attempt` (a whole transaction) on `conn`, again after a deadlock or
-/// serialization failure, up to [`MAX_ATTEMPTS`] times.
-fn retry_on<T, A>(conn: &mut PgConnection, attempt: &mut A) -> ApiResult<T>
+/// serialization failure, up to [`MAX_ATTEMPTS`] times, and not once `until` (the
+/// request's deadline, when it has one) has passed: its answer is 503 by then, and
+/// the failed attempt rolled back.
+fn retry_on<T, A>(
+    conn: &mut PgConnection,
+    attempt: &mut A,
+    until: Option<std::time::Instant>,
+) -> ApiResult<T>
 where
     A: FnMut(&mut PgConnection) -> TxResult<T>,
 {
@@ -337,6 +347,9 @@ where
         match attempt(conn) {
             Ok(v) => return Ok(v),
             Err(TxError::Db(e)) if n < MAX_ATTEMPTS && is_retryable(&e) => {
+                if until.is_some_and(|u| std::time::Instant::now() >= u) {
+                    return Err(ApiError::unavailable());
+                }
                 tracing::debug!(attempt = n, error = %e, "retrying transaction after a race");
                 std::thread::sleep(Duration::from_millis(2 * n as u64));
             }
@@ -355,7 +368,11 @@ pub fn transact_closing_on<T, F>(
 where
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)>,
 {
-    retry_on(conn, &mut |c: &mut PgConnection| closing_attempt(c, work))
+    retry_on(
+        conn,
+        &mut |c: &mut PgConnection| closing_attempt(c, work),
+        None,
+    )
 }
 
 fn closing_attempt<T, F>(conn: &mut PgConnection, work: &mut F) -> TxResult<(T, Option<Applied>)>
@@ -402,7 +419,7 @@ where
     T: Send + 'static,
     F: FnOnce(&mut PgConnection) -> TxResult<T> + Send + 'static,
 {
-    blocking(pool, move |conn| work(conn).map_err(ApiError::from)).await
+    blocking(pool, move |conn, _| work(conn).map_err(ApiError::from)).await
 }
 
 /// Prepared on every pooled connection (`db::SessionSettings`) as `orbit_apply`:
