@@ -649,11 +649,17 @@ fn deserialize_all<T: DeserializeOwned>(
                 // stand-ins as values, and the list without them is not the one
                 // sent (`[5]` would be empty): a list's own problem is named when
                 // the list reads so both with its stand-ins and without them.
+                // (A list that became a stand-in as a whole has no elements of
+                // its own left.)
+                element_stand_ins.retain(|top, _| !stand_ins.contains(top));
                 let mut trimmed = value.clone();
-                for (top, slots) in &element_stand_ins {
+                for (top, slots) in element_stand_ins.iter_mut() {
+                    slots.sort_unstable();
                     if let Some(list) = trimmed.get_mut(top).and_then(Value::as_array_mut) {
-                        for i in slots.iter().rev() {
-                            list.remove(*i);
+                        for &i in slots.iter().rev() {
+                            if i < list.len() {
+                                list.remove(i);
+                            }
                         }
                     }
                 }
