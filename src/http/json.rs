@@ -630,7 +630,7 @@ fn deserialize_all<T: DeserializeOwned>(
     // Top-level fields that carry a stand-in: their own checks are not reported.
     let mut stand_ins: Vec<String> = Vec::new();
     // Elements of top-level lists that carry a stand-in, by list: their own checks
-    // are not reported, and the list's own rules are judged without them.
+    // are not reported, and the list's own rules are judged with and without them.
     let mut element_stand_ins: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
     // For each stand-in, which probe it holds now.
     let mut probe_of: std::collections::BTreeMap<String, usize> = Default::default();
@@ -652,20 +652,22 @@ fn deserialize_all<T: DeserializeOwned>(
                 // (A list that became a stand-in as a whole has no elements of
                 // its own left.)
                 element_stand_ins.retain(|top, _| !stand_ins.contains(top));
-                let mut trimmed = value.clone();
-                for (top, slots) in element_stand_ins.iter_mut() {
-                    slots.sort_unstable();
-                    if let Some(list) = trimmed.get_mut(top).and_then(Value::as_array_mut) {
-                        for &i in slots.iter().rev() {
-                            if i < list.len() {
-                                list.remove(i);
+                let mut lists = FieldErrors::default();
+                if !element_stand_ins.is_empty() {
+                    let mut trimmed = value.clone();
+                    for (top, slots) in element_stand_ins.iter_mut() {
+                        slots.sort_unstable();
+                        if let Some(list) = trimmed.get_mut(top).and_then(Value::as_array_mut) {
+                            for &i in slots.iter().rev() {
+                                if i < list.len() {
+                                    list.remove(i);
+                                }
                             }
                         }
                     }
-                }
-                let mut lists = FieldErrors::default();
-                if let Ok(without) = serde_path_to_error::deserialize::<_, T>(&trimmed) {
-                    validate(&without, &mut lists);
+                    if let Ok(without) = serde_path_to_error::deserialize::<_, T>(&trimmed) {
+                        validate(&without, &mut lists);
+                    }
                 }
                 let lists = lists.into_inner();
                 let own = own.into_inner();
