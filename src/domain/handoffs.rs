@@ -443,12 +443,24 @@ pub fn decline(
     body: ApiResult<&DeclineHandoff>,
 ) -> TxResult<Reply> {
     let h = handoff_member(conn, handoff_id, caller.id())?;
-    if h.to_contributor != Some(caller.id()) {
+    // The giver is told what frees it (a withdraw), as on accept; anyone else is
+    // told to leave a handoff that is not theirs to decline.
+    if h.from_contributor == caller.id() {
         return Err(ApiError::forbidden(
-            "not_recipient",
-            "Only the named recipient of a targeted handoff may decline it.",
+            "own_handoff",
+            "You cannot decline your own handoff; withdraw it instead.",
         )
         .into());
+    }
+    if h.to_contributor != Some(caller.id()) {
+        let message = match h.to_contributor {
+            Some(_) => "This handoff is offered to another contributor: only they may decline it.",
+            None => {
+                "This handoff is open to every member, so nobody declines it: accept it or \
+                 leave it."
+            }
+        };
+        return Err(ApiError::forbidden("not_recipient", message).into());
     }
     let value = body?;
     end_pending(

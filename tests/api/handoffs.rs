@@ -169,6 +169,21 @@ async fn open_handoff_is_accepted_by_any_other_member_and_a_target_is_enforced()
     accept(&app, giver, targeted, None)
         .await
         .assert_error(403, "own_handoff");
+    // Declining: the giver is told to withdraw, another member to leave it.
+    let decline = async |who: &Agent, id: i64| {
+        let path = format!("/api/v1/handoffs/{id}/decline");
+        app.post_keyed(&path, &who.token, json!({})).await
+    };
+    let r = decline(giver, targeted).await;
+    r.assert_error(403, "own_handoff");
+    assert!(
+        r.json["message"].as_str().unwrap().contains("withdraw"),
+        "{}",
+        r.text
+    );
+    decline(third, targeted)
+        .await
+        .assert_error(403, "not_recipient");
     let outsider = app.agent("outsider").await;
     accept(&app, &outsider, targeted, None)
         .await
@@ -191,14 +206,12 @@ async fn open_handoff_is_accepted_by_any_other_member_and_a_target_is_enforced()
         .await
         .assert_error(409, "handoff_not_pending");
 
-    // Open handoffs cannot be declined; a third member accepts it.
-    app.post_keyed(
-        &format!("/api/v1/handoffs/{open}/decline"),
-        &third.token,
-        json!({}),
-    )
-    .await
-    .assert_error(403, "not_recipient");
+    // Open handoffs cannot be declined (the giver is told to withdraw); a third
+    // member accepts it.
+    decline(third, open)
+        .await
+        .assert_error(403, "not_recipient");
+    decline(giver, open).await.assert_error(403, "own_handoff");
     let r = accept(&app, third, open, None).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["data"]["lease"]["lease_version"], v + 1);
