@@ -35,6 +35,31 @@ pub struct ApiError {
     pub status: StatusCode,
     pub body: Box<ErrorBody>,
     pub retry_after: Option<u64>,
+    /// The rate limit a 429 refused by: named in its `RateLimit-Policy` and
+    /// `RateLimit` headers, with nothing left until `Retry-After`.
+    pub limit: Option<Box<RateLimit>>,
+}
+
+/// A rate limit as its headers name it (IETF httpapi draft form): `quota` units
+/// per `window` seconds, under `name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub name: &'static str,
+    pub quota: u32,
+    pub window: u64,
+}
+
+impl RateLimit {
+    /// `RateLimit-Policy` and `RateLimit` with `remaining` units left and `reset`
+    /// seconds until the bucket is full again (on a refusal: 0 left, and the seconds
+    /// until the next unit, `Retry-After`).
+    pub fn headers(&self, remaining: u32, reset: u64) -> (String, String) {
+        let name = self.name;
+        (
+            format!("\"{name}\";q={};w={}", self.quota.max(1), self.window),
+            format!("\"{name}\";r={remaining};t={reset}"),
+        )
+    }
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -50,6 +75,7 @@ impl ApiError {
                 details: None,
             }),
             retry_after: None,
+            limit: None,
         }
     }
 
@@ -130,13 +156,24 @@ impl ApiError {
         )
     }
 
+    /// 429 `rate_limited`: wait `retry_after` seconds. The message names no header,
+    /// so that it reads the same over MCP.
     pub fn too_many_requests(retry_after: u64) -> Self {
+        let seconds = retry_after.max(1);
         Self::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
-            "Too many requests. Retry after the number of seconds in Retry-After.",
+            format!("Too many requests. Retry after {seconds} s."),
         )
-        .with_retry_after(retry_after)
+        .with_retry_after(seconds)
+    }
+
+    /// The 429 of rate limit `limit`, `retry_after` seconds from its next unit; its
+    /// `message` says which limit it is when it is not the request budget.
+    pub fn rate_limited(limit: RateLimit, retry_after: u64) -> Self {
+        let mut e = Self::too_many_requests(retry_after);
+        e.limit = Some(Box::new(limit));
+        e
     }
 
     /// The envelope for a status produced outside our handlers (routing, actix).
@@ -188,6 +225,11 @@ impl ApiError {
         }
         if let Some(seconds) = self.retry_after {
             builder.insert_header((header::RETRY_AFTER, seconds.to_string()));
+            if let Some(limit) = &self.limit {
+                let (policy, state) = limit.headers(0, seconds);
+                builder.insert_header(("ratelimit-policy", policy));
+                builder.insert_header(("ratelimit", state));
+            }
         }
         let body = serde_json::to_vec(&self.body).unwrap_or_else(|_| {
             br#"{"message":"Internal server error.","code":"internal_error"}"#.to_vec()

@@ -98,7 +98,8 @@ pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Ve
 /// The words on a body whose arrays and objects nest more than 127 levels deep:
 /// serde_json's own limit, which keeps a hostile body from exhausting the stack.
 /// Such a body is valid JSON the service does not read: 422 `validation_failed` on
-/// `body` in these words, over MCP a parse error in them.
+/// `body` in these words, over MCP a parse error in them (there the whole message
+/// counts, so a tool's arguments nest two levels less than a REST body).
 pub const TOO_DEEP: &str = "nests arrays and objects more than 127 levels deep";
 
 /// Whether serde_json refused a text for nesting too deep ([`TOO_DEEP`]).

@@ -12,7 +12,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, RateLimit};
 use crate::metrics::{Metrics, LIMIT_REGISTER};
 
 pub type Keyed<K> =
@@ -79,7 +79,17 @@ impl Limits {
             Err(not_until) => {
                 metrics.rate_limited[LIMIT_REGISTER].fetch_add(1, Ordering::Relaxed);
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
-                Err(ApiError::too_many_requests(wait.as_secs() + 1))
+                let seconds = wait.as_secs() + 1;
+                let limit = RateLimit {
+                    name: "register",
+                    quota: self.register_per_hour,
+                    window: 3600,
+                };
+                Err(ApiError::rate_limited(limit, seconds).with_message(format!(
+                    "Too many registrations from this address: at most {} an hour. Retry \
+                     after {seconds} s.",
+                    self.register_per_hour
+                )))
             }
         }
     }

@@ -24,21 +24,19 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateSnapshot;
 
 use crate::domain::auth::ClientAddr;
-use crate::error::ApiError;
+use crate::error::{ApiError, RateLimit};
 use crate::http::json::MAX_BODY_BYTES;
 use crate::http::state::AppState;
 use crate::metrics::{LIMIT_ANON, LIMIT_TOKEN};
 
-/// `RateLimit-Policy` and `RateLimit` header values for a snapshot.
-fn headers(name: &str, quota: u32, window: u64, remaining: u32) -> (String, String) {
-    let quota = quota.max(1);
+/// `RateLimit-Policy` and `RateLimit` header values for a snapshot of a
+/// `quota`-per-minute bucket.
+fn headers(limit: RateLimit, remaining: u32) -> (String, String) {
+    let quota = limit.quota.max(1);
     // Seconds until the bucket is full again: each request is given back after
     // window/quota seconds.
-    let reset = ((quota - remaining.min(quota)) as u64 * window).div_ceil(quota as u64);
-    (
-        format!("\"{name}\";q={quota};w={window}"),
-        format!("\"{name}\";r={remaining};t={reset}"),
-    )
+    let reset = ((quota - remaining.min(quota)) as u64 * limit.window).div_ceil(quota as u64);
+    limit.headers(remaining, reset)
 }
 
 enum Decision {
@@ -55,33 +53,34 @@ fn decide(state: &AppState, req: &ServiceRequest, ip: IpAddr) -> Decision {
         .flatten()
         .map(|t| state.tokens.cache_key(&t))
         .filter(|k| state.tokens.is_verified(k));
-    let (name, quota, outcome, which): (&str, u32, Result<StateSnapshot, _>, usize) =
-        match token_key {
-            Some(key) => (
-                "token",
-                limits.token_per_minute,
-                limits.token.check_key(&key),
-                LIMIT_TOKEN,
-            ),
-            None => (
-                "anon",
-                limits.anon_per_minute,
-                limits.anon.check_key(&ip),
-                LIMIT_ANON,
-            ),
-        };
+    let per_minute = |name, quota| RateLimit {
+        name,
+        quota,
+        window: 60,
+    };
+    let (limit, outcome, which): (RateLimit, Result<StateSnapshot, _>, usize) = match token_key {
+        Some(key) => (
+            per_minute("token", limits.token_per_minute),
+            limits.token.check_key(&key),
+            LIMIT_TOKEN,
+        ),
+        None => (
+            per_minute("anon", limits.anon_per_minute),
+            limits.anon.check_key(&ip),
+            LIMIT_ANON,
+        ),
+    };
     match outcome {
         Ok(snapshot) => {
-            let (p, r) = headers(name, quota, 60, snapshot.remaining_burst_capacity());
+            let (p, r) = headers(limit, snapshot.remaining_burst_capacity());
             Decision::Allowed(p, r)
         }
         Err(not_until) => {
             state.metrics.rate_limited[which].fetch_add(1, Ordering::Relaxed);
             let wait = not_until.wait_time_from(DefaultClock::default().now());
-            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            let (p, _) = headers(name, quota, 60, 0);
-            let r = format!("\"{name}\";r=0;t={}", seconds.max(1));
-            Decision::Refused(ApiError::too_many_requests(seconds), p, r)
+            let seconds = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+            let (p, r) = limit.headers(0, seconds);
+            Decision::Refused(ApiError::rate_limited(limit, seconds), p, r)
         }
     }
 }
@@ -166,12 +165,15 @@ where
                 Some(err) => req.into_response(refusal(&err)).map_into_right_body(),
                 None => service.call(req).await?.map_into_left_body(),
             };
+            // A handler's refusal by another limit (registrations) names that one.
             let h = res.headers_mut();
-            if let Ok(v) = HeaderValue::from_str(&policy) {
-                h.insert(HeaderName::from_static("ratelimit-policy"), v);
-            }
-            if let Ok(v) = HeaderValue::from_str(&remaining) {
-                h.insert(HeaderName::from_static("ratelimit"), v);
+            if !h.contains_key("ratelimit") {
+                if let Ok(v) = HeaderValue::from_str(&policy) {
+                    h.insert(HeaderName::from_static("ratelimit-policy"), v);
+                }
+                if let Ok(v) = HeaderValue::from_str(&remaining) {
+                    h.insert(HeaderName::from_static("ratelimit"), v);
+                }
             }
             Ok(res)
         })

@@ -448,7 +448,18 @@ async fn mcp_is_rate_limited_like_the_rest_api() {
                 "{}",
                 r.text
             );
-            assert!(r.header("ratelimit").is_some(), "{:?}", r.headers);
+            assert_eq!(
+                r.header("ratelimit"),
+                Some(format!("\"token\";r=0;t={after}").as_str()),
+                "{:?}",
+                r.headers
+            );
+            // The message an MCP client shows names no HTTP header.
+            let message = r.json["error"]["message"].as_str().unwrap();
+            assert_eq!(
+                message,
+                format!("Too many requests. Retry after {after} s.")
+            );
         }
     }
     assert!(statuses.contains(&429), "{statuses:?}");

@@ -170,7 +170,30 @@ async fn registration_is_limited_per_address_per_hour() {
         .register(json!({"type": "HUMAN", "name": "three"}))
         .await;
     r.assert_error(429, "rate_limited");
-    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() > 60);
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry > 60, "{retry}");
+    // The refusal names the limit that refused, in its message and its headers
+    // (not the address budget, which had room).
+    let message = r.json["message"].as_str().unwrap();
+    assert!(
+        message.contains("registrations") && message.contains(&format!("{retry} s")),
+        "{message}"
+    );
+    assert_eq!(
+        ratelimit(&r),
+        (
+            "\"register\";q=2;w=3600".to_owned(),
+            format!("\"register\";r=0;t={retry}")
+        )
+    );
+    // The next request of another kind is judged by the address budget again.
+    let r = app.get("/api/v1/orbits", None).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        ratelimit(&r).1.starts_with("\"anon\";r="),
+        "{:?}",
+        ratelimit(&r)
+    );
 }
 
 #[tokio::test]

@@ -484,7 +484,10 @@ impl Bearer {
             Some(token_id) => TokenKey::Id(token_id),
             None => {
                 if let Some(seconds) = cache.blocked_for(parsed.lookup, self.from) {
-                    return Err(ApiError::too_many_requests(seconds).into());
+                    let refusal = ApiError::too_many_requests(seconds).with_message(format!(
+                        "Too many failed verifications of this token. Retry after {seconds} s."
+                    ));
+                    return Err(refusal.into());
                 }
                 TokenKey::Lookup(parsed.lookup, parsed.kind.as_db())
             }

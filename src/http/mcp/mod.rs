@@ -242,7 +242,13 @@ async fn check_message(
     let refusal = match serde_json::from_slice::<Value>(&bytes) {
         Err(e) => {
             let words = if crate::http::json::too_deep(&e) {
-                format!("the body {}", crate::http::json::TOO_DEEP)
+                // The limit counts the whole message, whose `params.arguments`
+                // sit two levels in: an argument nests two levels less than the
+                // same field of a REST body.
+                format!(
+                    "the message {} (a tool's arguments sit two levels inside it)",
+                    crate::http::json::TOO_DEEP
+                )
             } else {
                 format!("the body is not valid JSON ({e})")
             };

@@ -258,6 +258,22 @@ async fn malformed_json_rpc_gets_the_json_rpc_parse_error() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     assert_eq!(r.json["error"]["code"], -32600, "{}", r.text);
     assert_eq!(r.json["id"], 3, "{}", r.text);
+    // A message nested past 127 levels: the parse error says the whole message
+    // counts, arguments two levels in.
+    let state = format!("{}{}", "[".repeat(125), "]".repeat(125));
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"whoami","arguments":{{"state":{state}}}}}}}"#
+    );
+    let r = app
+        .post_raw("/mcp", Some(&a.token), &headers, deep.into_bytes())
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], -32700, "{}", r.text);
+    let message = r.json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("127 levels") && message.contains("two levels inside"),
+        "{message}"
+    );
     // A JSON-RPC response or error sent to the server, which asked nothing: -32600
     // with `"id": null` (the SDK's own refusal had no `id` member at all).
     for message in [
