@@ -183,6 +183,8 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
             })
             .wrap(telemetry::RequestSpan)
     })
+    // Each connection's socket, for a long poll to notice its client leaving.
+    .on_connect(crate::http::peer::on_connect)
     .client_request_timeout(client_timeout)
     .client_disconnect_timeout(Duration::from_secs(2))
     // Half-closed connections stay allowed (actix's default), and with them a

@@ -67,13 +67,15 @@ impl Validate for ChangesQuery {
 /// One page of an orbit's changes, waiting up to `wait` seconds for the next change
 /// when there is none yet (REST and MCP). `reference` is the orbit id or slug;
 /// `addr` the client address, which counts the long polls of a request without a
-/// token.
+/// token; `gone` resolves when the client has left (`http::peer`): a waiting poll
+/// then ends at once, giving its place back, with an empty page nobody reads.
 pub async fn read_page(
     core: &Core,
     bearer: Bearer,
     reference: String,
     q: ChangesQuery,
     addr: Option<std::net::IpAddr>,
+    gone: impl std::future::Future<Output = ()>,
 ) -> ApiResult<ChangePage> {
     let mut errors = FieldErrors::default();
     q.validate(&mut errors);
@@ -115,6 +117,7 @@ pub async fn read_page(
     // At shutdown a poll answers what it has at once (an empty page: the client
     // polls again, elsewhere), as the event streams end then (`Streams::close`).
     let mut closing = core.events.closing();
+    let mut gone = std::pin::pin!(gone);
     if new {
         start_reader(core.clone(), id, waiter.orbit.clone());
     }
@@ -152,6 +155,7 @@ pub async fn read_page(
                 _ => break,
             },
             _ = closing.changed() => break,
+            () = gone.as_mut() => return Ok(page(Vec::new(), after, orbit_revision)),
         }
     }
     drop(waiter);

@@ -1,7 +1,8 @@
 //! The HTTP layer: the route table and OpenAPI root (`routes`), the body extractor
 //! (`json`), the path and query extractors (`params`), the middleware in front of
 //! every handler (`ratelimit`, `telemetry`), the REST handlers by resource (`api`),
-//! the MCP endpoint (`mcp`) and the pages for people (`pages`). A handler parses,
+//! the MCP endpoint (`mcp`), the pages for people (`pages`) and whether a
+//! request's client is still connected (`peer`). A handler parses,
 //! calls one domain function and shapes the answer.
 
 pub mod api;
@@ -10,6 +11,7 @@ pub mod limits;
 pub mod mcp;
 pub mod pages;
 pub mod params;
+pub mod peer;
 pub mod ratelimit;
 pub mod routes;
 pub mod state;

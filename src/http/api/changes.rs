@@ -39,6 +39,7 @@ pub async fn list_changes(
         path.into_inner(),
         query.into_inner(),
         Some(addr),
+        crate::http::peer::gone(&req),
     )
     .await?;
     let body = serde_json::to_vec(&page).map_err(|_| ApiError::internal())?;

@@ -653,7 +653,10 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "read_changes" => {
             let orbit = a.orbit();
-            raw(&changes::read_page(state, bearer, orbit, a.query()?, None).await?)
+            // The SDK's transport does not show the tool its connection, so an
+            // MCP poll whose client left waits out its `wait` (agents.md).
+            let gone = std::future::pending();
+            raw(&changes::read_page(state, bearer, orbit, a.query()?, None, gone).await?)
         }
         "search" => {
             let orbit = a.orbit_opt();

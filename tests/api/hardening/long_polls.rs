@@ -1,5 +1,6 @@
 //! Finding 3 on long polls: one shared feed read per wake-up, no wait past the
-//! revision, and a cap per client; and a write whose client left still wakes them.
+//! revision, and a cap per client that a poll whose client left gives back at once;
+//! and a write whose client left still wakes them.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -162,6 +163,67 @@ async fn long_polls_per_client_are_capped() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+/// A long poll whose client gave up ends then, giving its place under the cap back
+/// at once, not at its deadline (a probe, 2026-12-07: a client whose HTTP timeout
+/// was shorter than `wait` locked itself out for up to 30 s).
+#[tokio::test]
+async fn a_long_poll_whose_client_left_gives_its_place_back() {
+    let app = TestApp::spawn_with(|c| c.long_polls_per_client = 2).await;
+    let owner = app.agent("impatient").await;
+    let orbit = app.orbit(&owner, "impatient").await;
+    let path = format!("/api/v1/orbits/{orbit}/changes?after=1&wait=30");
+    let polls: Vec<_> = (0..2)
+        .map(|_| {
+            let req = app
+                .client
+                .get(app.url(&path))
+                .bearer_auth(&owner.token)
+                .timeout(std::time::Duration::from_millis(1500));
+            tokio::spawn(async move { req.send().await })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] < 2 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Both clients give up (their connections close).
+    for p in polls {
+        assert!(p.await.expect("poll task").is_err(), "a poll was answered");
+    }
+    let left = std::time::Instant::now();
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] > 0 {
+        assert!(
+            left.elapsed() < std::time::Duration::from_secs(10),
+            "the abandoned polls kept their places"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Their places are free: two new polls wait, and a write answers them.
+    let again: Vec<_> = (0..2)
+        .map(|_| {
+            let req = app.client.get(app.url(&path)).bearer_auth(&owner.token);
+            tokio::spawn(async move { req.send().await.expect("poll").status() })
+        })
+        .collect();
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] < 2 {
+        assert!(
+            left.elapsed() < std::time::Duration::from_secs(20),
+            "a new poll did not wait"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    app.post_keyed(
+        &format!("/api/v1/orbits/{orbit}/tasks"),
+        &owner.token,
+        json!({"title": "for the ones still there"}),
+    )
+    .await;
+    for p in again {
+        assert_eq!(p.await.expect("poll"), StatusCode::OK);
+    }
 }
 
 /// A write whose client gave up while it waited still wakes the orbit's long polls
