@@ -768,6 +768,47 @@ async fn a_contribution_page_with_huge_revisions_pages_by_size() {
     );
 }
 
+/// A task page shows at most 256 KiB of checkpoint state (the first always), and a
+/// state that indenting would blow up as stored: a probe's 62 KB states nested 125
+/// deep were 7.9 MB of page each, and 25 made one page 189 MB.
+#[tokio::test]
+async fn a_task_page_with_deep_states_stays_small() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("Deep").await;
+    let orbit = app.orbit(&owner, "deep-states").await;
+    let task = crate::work::task(&app, &owner, orbit, "deep").await;
+    let (_, version) = crate::work::lease(&app, &owner, task, 900).await;
+    let mut state = Value::Array(vec![json!(0); 31_000]);
+    for _ in 0..124 {
+        state = Value::Array(vec![state]);
+    }
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let r = crate::work::checkpoint(&app, &owner, task, version, state.clone()).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        ids.push(r.json["data"]["id"].as_i64().unwrap());
+    }
+    let page = app.get(&format!("/o/deep-states/tasks/{task}"), None).await;
+    assert_page(&page, 200);
+    // 62,248 bytes a state as stored: four fit in 256 KiB, the rest are links.
+    assert!(page.text.len() < 400_000, "{} bytes", page.text.len());
+    let stored = serde_json::to_string(&state).unwrap();
+    assert_eq!(page.text.matches(stored.as_str()).count(), 4);
+    for id in &ids[4..] {
+        assert!(
+            page.text
+                .contains(&format!("href=\"/api/v1/checkpoints/{id}\"")),
+            "checkpoint {id} has no link"
+        );
+    }
+    for id in &ids {
+        assert!(
+            page.text.contains(&format!("id=\"checkpoint-{id}\"")),
+            "{id}"
+        );
+    }
+}
+
 /// A contributor's activity pages without losing a change, even where many share
 /// one instant: the next page starts after the last change shown, to the
 /// microsecond and by (orbit, revision) among equals (its millisecond form once

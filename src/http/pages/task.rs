@@ -1,5 +1,6 @@
 //! A task's page (`/o/{slug}/tasks/{id}`): the task, its lease history as a
-//! timeline, its checkpoints with their state as indented JSON text, and its
+//! timeline, its checkpoints with their state as indented JSON text (at most 256
+//! KiB of it a page, each as stored where indenting would blow it up), and its
 //! handoffs with their outcome, as `domain::views::task` reads them; the lists page
 //! with `?leases_after=`, `?checkpoints_after=`, `?handoffs_after=`.
 
@@ -121,7 +122,9 @@ async fn task_page(state: State, slug: String, segment: String, req: HttpRequest
                     p.empty { "No checkpoints yet." }
                 } @else {
                     ol.plain.checkpoints {
-                        @for c in &v.checkpoints.data { li { (checkpoint_item(c, now)) } }
+                        @for (c, shown) in v.checkpoints.data.iter().zip(shown_states(&v.checkpoints.data)) {
+                            li { (checkpoint_item(c, shown, now)) }
+                        }
                     }
                 }
                 (pager(v.checkpoints.meta.next_after.map(|a| format!("{here}?checkpoints_after={a}"))))
@@ -164,11 +167,56 @@ fn lease_item(l: &Lease, now: DateTime<Utc>) -> Markup {
     }
 }
 
-fn checkpoint_item(c: &Checkpoint, now: DateTime<Utc>) -> Markup {
-    let pretty = serde_json::from_str::<serde_json::Value>(c.state.get())
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| c.state.get().to_owned());
+/// State text one task page shows at most, its checkpoints together (the first
+/// always): past it a state is a link to its API read.
+const PAGE_STATE_BYTES: usize = 256 * 1024;
+/// How many times its stored text indenting may make a state: past it the state is
+/// shown as stored. Each level indents every line below it, so a deeply nested
+/// state of 62 KB was 7.9 MB of page (a probe, 2026-12-07: 25 such made one page
+/// 189 MB, and four at once raised the service's memory by 730 MB).
+const INDENT_GROWTH: usize = 4;
+
+/// The state text each checkpoint of a page shows (`None`: past the page's budget).
+fn shown_states(checkpoints: &[Checkpoint]) -> Vec<Option<String>> {
+    let mut bytes = 0;
+    checkpoints
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if i > 0 && bytes > PAGE_STATE_BYTES {
+                return None;
+            }
+            let stored = c.state.get();
+            let text = indented(stored, stored.len().saturating_mul(INDENT_GROWTH))
+                .unwrap_or_else(|| stored.to_owned());
+            bytes += text.len();
+            (i == 0 || bytes <= PAGE_STATE_BYTES).then_some(text)
+        })
+        .collect()
+}
+
+/// `json` indented, if that takes at most `cap` bytes (it stops writing past them).
+fn indented(json: &str, cap: usize) -> Option<String> {
+    struct Capped(Vec<u8>, usize);
+    impl std::io::Write for Capped {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + b.len() > self.1 {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            self.0.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let value = serde_json::from_str::<serde_json::Value>(json).ok()?;
+    let mut out = Capped(Vec::new(), cap);
+    serde_json::to_writer_pretty(&mut out, &value).ok()?;
+    String::from_utf8(out.0).ok()
+}
+
+fn checkpoint_item(c: &Checkpoint, shown: Option<String>, now: DateTime<Utc>) -> Markup {
     let id = format!("checkpoint-{}", c.id);
     html! {
         article.checkpoint #(id) {
@@ -179,7 +227,13 @@ fn checkpoint_item(c: &Checkpoint, now: DateTime<Utc>) -> Markup {
             p.text { (c.summary) }
             details open {
                 summary { "State (JSON, sha-256 " code { (layout::clip(&c.state_hash, 12)) } ")" }
-                pre.json tabindex="0" { code { (pretty) } }
+                @match shown {
+                    Some(text) => pre.json tabindex="0" { code { (text) } },
+                    None => p.meta {
+                        "Not shown here: this page's states pass 256 KiB. Read it at "
+                        a href={ "/api/v1/checkpoints/" (c.id) } { "/api/v1/checkpoints/" (c.id) } "."
+                    },
+                }
             }
         }
     }
