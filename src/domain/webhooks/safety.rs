@@ -14,14 +14,22 @@ pub fn forbidden(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => forbidden_v4(v4),
         IpAddr::V6(v6) => {
+            if v6.is_unspecified() {
+                return Some("unspecified");
+            }
+            if v6.is_loopback() {
+                return Some("loopback");
+            }
             if let Some(v4) = embedded_v4(v6) {
                 return forbidden_v4(v4);
             }
             let s = v6.segments();
-            if v6.is_unspecified() {
-                Some("unspecified")
-            } else if v6.is_loopback() {
-                Some("loopback")
+            if s[..3] == [0x64, 0xff9b, 1] {
+                // 64:ff9b:1::/48, NAT64 for local use (RFC 8215): some network's own.
+                Some("private")
+            } else if s[..2] == [0x2001, 0] {
+                // 2001::/32, Teredo: tunnelled to an IPv4 client it hides.
+                Some("Teredo")
             } else if s[0] & 0xff00 == 0xff00 {
                 Some("multicast")
             } else if s[0] & 0xffc0 == 0xfe80 {
@@ -55,19 +63,25 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
     }
 }
 
-/// The IPv4 address inside an IPv4-mapped (`::ffff:a.b.c.d`) or NAT64
-/// (`64:ff9b::a.b.c.d`) IPv6 address.
+/// The IPv4 address an IPv6 address carries, and reaches through it: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-translated (`::ffff:0:a.b.c.d`), IPv4-compatible
+/// (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`) or 6to4 (`2002:aabb:ccdd::/48`, the
+/// IPv4 address of its router).
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return Some(v4);
-    }
     let s = ip.segments();
-    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let [a, b] = s[6].to_be_bytes();
-        let [c, d] = s[7].to_be_bytes();
-        return Some(Ipv4Addr::new(a, b, c, d));
+    let v4 = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    };
+    match s[..6] {
+        [0, 0, 0, 0, 0, 0xffff]
+        | [0, 0, 0, 0, 0xffff, 0]
+        | [0, 0, 0, 0, 0, 0]
+        | [0x64, 0xff9b, 0, 0, 0, 0] => Some(v4(s[6], s[7])),
+        [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
+        _ => None,
     }
-    None
 }
 
 /// Why a URL may not be delivered to.
@@ -192,6 +206,15 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
+            // Found by a probe on 2026-12-07: other forms that carry an IPv4 address.
+            "::ffff:0:a00:1",
+            "::a00:1",
+            "::127.0.0.1",
+            "64:ff9b:1::a00:1",
+            "64:ff9b:1:a00:1::",
+            "2002:a00:1::",
+            "2002:7f00:1::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ] {
             assert!(forbidden(ip.parse().unwrap()).is_some(), "{ip} allowed");
         }
@@ -200,6 +223,9 @@ mod tests {
             "8.8.8.8",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "::ffff:0:808:808",
+            "2002:808:808::1",
+            "2001:db9::1",
         ] {
             assert!(forbidden(ip.parse().unwrap()).is_none(), "{ip} refused");
         }
