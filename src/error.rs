@@ -1,7 +1,8 @@
 //! One error type for the whole API, its status table and the JSON envelope.
 //!
 //! Every error leaves the service as `{"message", "code", "errors"?, "details"?}`.
-//! 5xx bodies are fixed text: the cause goes to the log, never to the client.
+//! 5xx bodies are fixed text: the cause goes to the log, never to the client. A
+//! refusal's `Retry-After`, and a 429's rate-limit headers, are rendered here too.
 
 use std::collections::BTreeMap;
 

@@ -4,8 +4,9 @@
 //! the database: 413 when `Content-Length` passes 256 KiB (bodies sent without a
 //! length are cut at the same limit by the JSON extractor), then 429 from the
 //! per-token or per-address limiter. Every limited response carries
-//! `RateLimit-Policy` and `RateLimit` (IETF httpapi draft form); the exempt probes
-//! (`/healthz`, `/readyz`, `/metrics`) and the 413 do not. On `/mcp` a refusal's
+//! `RateLimit-Policy` and `RateLimit` (IETF httpapi draft form): this budget's, or
+//! those of the limit a handler refused by (a registration's, `error::RateLimit`);
+//! the exempt probes (`/healthz`, `/readyz`, `/metrics`) and the 413 do not. On `/mcp` a refusal's
 //! body is a JSON-RPC error (`mcp::transport_refusal`), on a page an HTML page
 //! (`pages::refusal`). Limits are in memory and per instance. The client address
 //! judged here is left in the request (`auth::ClientAddr`) for the token checks.
@@ -29,8 +30,8 @@ use crate::http::json::MAX_BODY_BYTES;
 use crate::http::state::AppState;
 use crate::metrics::{LIMIT_ANON, LIMIT_TOKEN};
 
-/// `RateLimit-Policy` and `RateLimit` header values for a snapshot of a
-/// `quota`-per-minute bucket.
+/// `RateLimit-Policy` and `RateLimit` header values for `limit`'s bucket with
+/// `remaining` units left.
 fn headers(limit: RateLimit, remaining: u32) -> (String, String) {
     let quota = limit.quota.max(1);
     // Seconds until the bucket is full again: each request is given back after
