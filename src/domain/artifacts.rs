@@ -62,40 +62,73 @@ fn is_restricted_name(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
 }
 
+/// RFC 9110 tchar.
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
 /// RFC 9110 token.
 fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty() && s.chars().all(is_token_char)
 }
 
-fn is_quoted(s: &str) -> bool {
-    s.len() >= 2
-        && s.starts_with('"')
-        && s.ends_with('"')
-        && s[1..s.len() - 1]
-            .bytes()
-            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+/// The length of the RFC 9110 quoted-string `s` starts with (its quotes included),
+/// ASCII only: `None` when `s` does not start with one.
+fn quoted_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let text = |c: u8| c == b'\t' || (b' '..=b'~').contains(&c);
+    if b.first() != Some(&b'"') {
+        return None;
+    }
+    let mut i = 1;
+    loop {
+        match *b.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' if text(*b.get(i + 1)?) => i += 2,
+            c if c != b'\\' && text(c) => i += 1,
+            _ => return None,
+        }
+    }
 }
 
-/// `type/subtype` plus optional `; name=value` parameters, at most 200 characters,
-/// all of it usable as a `Content-Type` header value as stored.
+/// `type/subtype` plus optional parameters as RFC 9110 (section 8.3.1) writes them
+/// (`*( OWS ";" OWS [ name "=" ( token / quoted-string ) ] )`), ASCII only, at
+/// most 200 characters: usable as a `Content-Type` header value as stored.
 pub fn is_media_type(s: &str) -> bool {
+    const OWS: [char; 2] = [' ', '\t'];
     if s.len() > 200 {
         return false;
     }
-    let mut parts = s.split(';');
-    let essence = parts.next().unwrap_or("");
-    let Some((kind, subtype)) = essence.split_once('/') else {
+    let Some((kind, rest)) = s.split_once('/') else {
         return false;
     };
-    is_restricted_name(kind)
-        && is_restricted_name(subtype)
-        && parts.all(|p| {
-            let p = p.trim_start_matches([' ', '\t']);
-            matches!(p.split_once('='), Some((name, value))
-                if is_token(name) && (is_token(value) || is_quoted(value)))
-        })
+    let end = rest.find([';', ' ', '\t']).unwrap_or(rest.len());
+    let (subtype, mut params) = rest.split_at(end);
+    if !is_restricted_name(kind) || !is_restricted_name(subtype) {
+        return false;
+    }
+    while !params.is_empty() {
+        let Some(next) = params.trim_start_matches(OWS).strip_prefix(';') else {
+            return false;
+        };
+        params = next.trim_start_matches(OWS);
+        if params.is_empty() || params.starts_with(';') {
+            continue; // an empty parameter
+        }
+        let Some((name, value)) = params.split_once('=') else {
+            return false;
+        };
+        let len = if value.starts_with('"') {
+            quoted_len(value)
+        } else {
+            Some(value.len() - value.trim_start_matches(is_token_char).len())
+        };
+        match len {
+            Some(n) if n > 0 && is_token(name) => params = &value[n..],
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// The content decoded and hashed, once, outside the transaction (which may be
@@ -211,6 +244,12 @@ mod tests {
             "text/plain;charset=\"utf-8\"",
             "application/vnd.api+json",
             "image/svg+xml",
+            // RFC 9110 forms a probe found refused (2026-12-07).
+            "text/plain; a=\"x;y\"",
+            "text/plain; a=\"x\\\"y\"",
+            "text/plain ; charset=utf-8",
+            "text/plain;",
+            "text/plain;;charset=utf-8",
         ] {
             assert!(is_media_type(ok), "{ok}");
         }
@@ -224,6 +263,13 @@ mod tests {
             "text/pl ain",
             " text/plain",
             "tëxt/plain",
+            "text/plain ",
+            "text/plain; a=b c",
+            "text/plain; a; b=c",
+            "text/plain; a=\"unclosed",
+            "text/plain; a=\"x\"y",
+            "text/plain; a=\"\\\"",
+            "text/plain; =b",
             &format!("a/{}", "b".repeat(199)),
         ] {
             assert!(!is_media_type(bad), "{bad}");
