@@ -14,11 +14,17 @@
 //! database under one lock, which would make every orbit's writes wait for each
 //! other. A notification lost to a crash between commit and send only delays remote
 //! long polls until their timeout; the change itself is committed and in the feed.
+//!
+//! Neither thread's connection has a deadline (libpq has none to give), so each has a
+//! watchdog ([`Beat`]): a thread that has been at the database for [`STALL`] without
+//! progress (its server backend stopped answering while the rest of the database
+//! works) is replaced by a new one on a new connection, and the stuck one ends when
+//! its call returns.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{Array, BigInt};
@@ -53,6 +59,26 @@ pub async fn woken(rx: &mut broadcast::Receiver<i64>, orbit: i64, within: Durati
 /// The least time between two `NOTIFY` batches of one instance.
 const NOTIFY_LINGER: Duration = Duration::from_millis(10);
 
+/// How long the listener or the notifier may be at the database without progress
+/// before a new thread replaces it.
+const STALL: Duration = Duration::from_secs(5);
+
+/// At most this many threads of one kind, stuck ones included: a server that stops
+/// answering altogether gets no new thread every [`STALL`], only this many.
+const MAX_THREADS: usize = 3;
+
+/// The progress of the listener or the notifier, for its watchdog.
+#[derive(Default)]
+struct Beat {
+    /// The generation that runs; a thread of an older one ends at its next step.
+    generation: AtomicU64,
+    /// When the running thread last made progress, in ms since the hub began (+1);
+    /// 0 while it waits for work rather than for the database.
+    at: AtomicU64,
+    /// Threads of this kind not yet ended (a replaced one until its call returns).
+    threads: AtomicUsize,
+}
+
 /// A consumer woken only by changes of the orbits it wants ([`ChangeHub::watch`]).
 struct Watch {
     wants: Box<dyn Fn(i64) -> bool + Send + Sync>,
@@ -73,6 +99,9 @@ pub struct ChangeHub {
     /// notifier's backend pid, which a restarted server can give another
     /// instance's notifier: this one then ignored that instance's changes.
     origin: Arc<str>,
+    started: Instant,
+    listener: Arc<Beat>,
+    notifier: Arc<Beat>,
 }
 
 impl Default for ChangeHub {
@@ -84,6 +113,9 @@ impl Default for ChangeHub {
             stop: Arc::new(AtomicBool::new(false)),
             outbox: Arc::new((Mutex::new(BTreeSet::new()), Condvar::new())),
             origin: uuid::Uuid::new_v4().simple().to_string().into(),
+            started: Instant::now(),
+            listener: Arc::default(),
+            notifier: Arc::default(),
         }
     }
 }
@@ -131,6 +163,11 @@ impl ChangeHub {
     /// wakes the other instances' waiters.
     pub fn publish(&self, orbit_id: i64) {
         self.notify(orbit_id);
+        self.queue_notify(orbit_id);
+    }
+
+    /// Queues a `NOTIFY` of `orbit_id` for the other instances.
+    fn queue_notify(&self, orbit_id: i64) {
         let (queue, ready) = &*self.outbox;
         let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
         // The notifier waits only for an empty outbox: whoever filled it woke it.
@@ -143,11 +180,76 @@ impl ChangeHub {
     /// Starts the thread that sends queued notifications, coalesced, in one statement
     /// per batch.
     pub fn start_notifier(&self, database_url: String) {
+        // A stuck batch is lost with its thread: the new one's first batch wakes
+        // every waiter of the other instances instead.
+        let stalled = |hub: &ChangeHub| hub.queue_notify(ALL_ORBITS);
+        self.supervise(
+            "orbit-notify",
+            database_url,
+            |h| &h.notifier,
+            Self::notify_loop,
+            stalled,
+        );
+    }
+
+    /// Runs `run` (generation 0) on a thread named `name`, and a watchdog that starts
+    /// it again (the next generation) whenever the running one has been at the
+    /// database for [`STALL`] without progress, calling `stalled` first.
+    fn supervise(
+        &self,
+        name: &'static str,
+        url: String,
+        beat: fn(&ChangeHub) -> &Beat,
+        run: fn(&ChangeHub, &str, u64),
+        stalled: fn(&ChangeHub),
+    ) {
+        let start = move |hub: ChangeHub, url: String, generation: u64| {
+            beat(&hub).threads.fetch_add(1, Ordering::Relaxed);
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    run(&hub, &url, generation);
+                    beat(&hub).threads.fetch_sub(1, Ordering::Relaxed);
+                })
+                .expect("spawn a change hub thread");
+        };
+        start(self.clone(), url.clone(), 0);
         let hub = self.clone();
         std::thread::Builder::new()
-            .name("orbit-notify".into())
-            .spawn(move || hub.notify_loop(&database_url))
-            .expect("spawn notifier thread");
+            .name(format!("{name}-watch"))
+            .spawn(move || {
+                while !hub.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    let b = beat(&hub);
+                    let at = b.at.load(Ordering::Relaxed);
+                    let stuck =
+                        at != 0 && hub.now_ms().saturating_sub(at) > STALL.as_millis() as u64;
+                    if stuck && b.threads.load(Ordering::Relaxed) < MAX_THREADS {
+                        tracing::warn!(thread = name, "stuck on its database connection; replaced");
+                        let generation = b.generation.fetch_add(1, Ordering::Relaxed) + 1;
+                        b.at.store(hub.now_ms(), Ordering::Relaxed);
+                        stalled(&hub);
+                        start(hub.clone(), url.clone(), generation);
+                    }
+                }
+            })
+            .expect("spawn a change hub watchdog");
+    }
+
+    /// Milliseconds since the hub began, plus one (a [`Beat`]'s 0 is "idle").
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Whether the thread of `generation` should go on: the instance runs and no
+    /// newer thread replaced it. It then records `at` (0: idle) as its progress.
+    fn beats(&self, beat: &Beat, generation: u64, at: u64) -> bool {
+        let current = !self.stop.load(Ordering::Relaxed)
+            && beat.generation.load(Ordering::Relaxed) == generation;
+        if current {
+            beat.at.store(at, Ordering::Relaxed);
+        }
+        current
     }
 
     fn next_batch(&self) -> Vec<i64> {
@@ -162,18 +264,24 @@ impl ChangeHub {
         std::mem::take(&mut *q).into_iter().collect()
     }
 
-    fn notify_loop(&self, url: &str) {
+    fn notify_loop(&self, url: &str, generation: u64) {
         let mut conn: Option<PgConnection> = None;
-        while !self.stop.load(Ordering::Relaxed) {
+        while self.beats(&self.notifier, generation, 0) {
             let batch = self.next_batch();
-            if batch.is_empty() {
+            if batch.is_empty() || !self.beats(&self.notifier, generation, self.now_ms()) {
                 continue;
             }
             // One reconnect per batch; a batch that still fails is dropped (remote
             // long polls then wake at their timeout).
             for _ in 0..2 {
                 if conn.is_none() {
-                    conn = PgConnection::establish(url).ok();
+                    conn = PgConnection::establish(url)
+                        .and_then(|mut c| {
+                            c.batch_execute("SET application_name = 'orbit-notify'")
+                                .map(|_| c)
+                                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))
+                        })
+                        .ok();
                 }
                 let Some(c) = conn.as_mut() else {
                     std::thread::sleep(Duration::from_millis(100));
@@ -208,11 +316,15 @@ impl ChangeHub {
 
     /// Starts the LISTEN thread for this instance.
     pub fn start_listener(&self, database_url: String) {
-        let hub = self.clone();
-        std::thread::Builder::new()
-            .name("orbit-listen".into())
-            .spawn(move || hub.listen_loop(&database_url))
-            .expect("spawn listener thread");
+        // The new listener wakes every waiter once it listens, as after any reconnect.
+        let stalled = |_: &ChangeHub| {};
+        self.supervise(
+            "orbit-listen",
+            database_url,
+            |h| &h.listener,
+            Self::listen_loop,
+            stalled,
+        );
     }
 
     pub fn stop(&self) {
@@ -224,13 +336,15 @@ impl ChangeHub {
         self.stop.load(Ordering::Relaxed)
     }
 
-    fn listen_loop(&self, url: &str) {
+    fn listen_loop(&self, url: &str, generation: u64) {
         let mut backoff = Duration::from_millis(100);
-        while !self.stop.load(Ordering::Relaxed) {
+        while self.beats(&self.listener, generation, self.now_ms()) {
             let mut conn = match PgConnection::establish(url).and_then(|mut c| {
-                c.batch_execute(&format!("LISTEN {NOTIFY_CHANNEL}"))
-                    .map(|_| c)
-                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))
+                c.batch_execute(&format!(
+                    "SET application_name = 'orbit-listen'; LISTEN {NOTIFY_CHANNEL}"
+                ))
+                .map(|_| c)
+                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))
             }) {
                 Ok(c) => c,
                 Err(e) => {
@@ -240,9 +354,12 @@ impl ChangeHub {
                     continue;
                 }
             };
+            if !self.beats(&self.listener, generation, self.now_ms()) {
+                return;
+            }
             self.notify(ALL_ORBITS);
             let mut ticks = 0u32;
-            'poll: while !self.stop.load(Ordering::Relaxed) {
+            'poll: while self.beats(&self.listener, generation, self.now_ms()) {
                 ticks = ticks.wrapping_add(1);
                 // A silent network failure is only seen when we talk: ping now and then.
                 if ticks.is_multiple_of(250) {
@@ -269,7 +386,7 @@ impl ChangeHub {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            if !self.stop.load(Ordering::Relaxed) {
+            if self.beats(&self.listener, generation, 0) {
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::TestApp;
+use crate::harness::{test_config, TestApp, TestDb};
 
 #[tokio::test]
 async fn a_long_poll_started_before_a_write_returns_that_write() {
@@ -65,6 +65,128 @@ async fn a_long_poll_on_one_instance_wakes_for_a_write_on_another() {
     assert_eq!(r.json["data"][0]["revision"], 2, "{}", r.text);
     assert!(elapsed >= Duration::from_millis(600), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+}
+
+/// The server backends of this test's database whose `application_name` is `name`
+/// (`orbit-listen`, `orbit-notify`), once there are `expected` of them.
+fn backends(conn: &mut diesel::PgConnection, name: &str, expected: usize) -> Vec<i32> {
+    use diesel::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        pid: i32,
+    }
+    let started = Instant::now();
+    loop {
+        let pids: Vec<i32> = diesel::sql_query(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = $1",
+        )
+        .bind::<diesel::sql_types::Text, _>(name)
+        .load::<Pid>(conn)
+        .expect("pg_stat_activity")
+        .into_iter()
+        .map(|p| p.pid)
+        .collect();
+        if pids.len() == expected {
+            return pids;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Server processes stopped with `SIGSTOP` until this is dropped.
+struct Frozen(Vec<i32>);
+
+impl Frozen {
+    fn stop(pids: Vec<i32>) -> Frozen {
+        for &pid in &pids {
+            assert_eq!(
+                unsafe { libc::kill(pid, libc::SIGSTOP) },
+                0,
+                "SIGSTOP {pid}"
+            );
+        }
+        Frozen(pids)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+}
+
+/// A listener whose server backend stops answering while the rest of the database
+/// works (no error, no closed connection: a probe's `SIGSTOP`) is replaced by a new
+/// one on a new connection, so writes on one instance still wake long polls on the
+/// other: before 2026-12-07 they waited for their deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_whose_backend_stopped_answering_is_replaced() {
+    // A cluster of this test's own, on this machine: its backends can be stopped.
+    let (_pg, url) = crate::reliability::fleet::migrated_cluster("oc-frozen-listen");
+    let app = TestApp::spawn_on(TestDb::at(&url), test_config());
+    let other = app.another_instance();
+    let owner = app.agent("owner").await;
+    let b = app.agent("b").await;
+    let orbit = app.orbit(&owner, "frozen-listener").await;
+    let mut conn = app.db.conn();
+    let _frozen = Frozen::stop(backends(&mut conn, "orbit-listen", 2));
+
+    let started = Instant::now();
+    let poll = other.get(
+        "/api/v1/orbits/frozen-listener/changes?after=1&wait=30",
+        None,
+    );
+    // The listeners block at their next ping (every 5 s); the write comes after.
+    let write = async {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        app.join(&b, orbit).await;
+    };
+    let (r, ()) = tokio::join!(poll, write);
+    let elapsed = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"][0]["revision"], 2, "{}", r.text);
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "the poll waited for its deadline: {elapsed:?}"
+    );
+}
+
+/// The same for the notifier of the instance that writes: its batch stuck on a
+/// backend that stopped answering, a new notifier wakes every waiter of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notifier_whose_backend_stopped_answering_is_replaced() {
+    let (_pg, url) = crate::reliability::fleet::migrated_cluster("oc-frozen-notify");
+    let app = TestApp::spawn_on(TestDb::at(&url), test_config());
+    let other = app.another_instance();
+    let owner = app.agent("owner").await;
+    let b = app.agent("b").await;
+    let orbit = app.orbit(&owner, "frozen-notifier").await;
+    let mut conn = app.db.conn();
+    // The notifiers connect with their first batch: the orbit's creation.
+    let _frozen = Frozen::stop(backends(&mut conn, "orbit-notify", 1));
+
+    let started = Instant::now();
+    let poll = other.get(
+        "/api/v1/orbits/frozen-notifier/changes?after=1&wait=30",
+        None,
+    );
+    let write = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        app.join(&b, orbit).await;
+    };
+    let (r, ()) = tokio::join!(poll, write);
+    let elapsed = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["data"][0]["revision"], 2, "{}", r.text);
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "the poll waited for its deadline: {elapsed:?}"
+    );
 }
 
 #[tokio::test]

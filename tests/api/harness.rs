@@ -74,6 +74,16 @@ impl TestDb {
         }
     }
 
+    /// A database this test does not create or drop (a private cluster's, which
+    /// goes with its cluster).
+    pub fn at(url: &str) -> TestDb {
+        TestDb {
+            name: String::new(),
+            url: url.to_owned(),
+            owned: false,
+        }
+    }
+
     pub fn conn(&self) -> PgConnection {
         PgConnection::establish(&self.url).expect("connect to the test database")
     }
