@@ -80,8 +80,9 @@ fn decide(state: &AppState, req: &ServiceRequest, ip: IpAddr) -> Decision {
             state.metrics.rate_limited[which].fetch_add(1, Ordering::Relaxed);
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             let seconds = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+            // Its headers are set below, as on an allowed request (and on a page).
             let (p, r) = limit.headers(0, seconds);
-            Decision::Refused(ApiError::rate_limited(limit, seconds), p, r)
+            Decision::Refused(ApiError::too_many_requests(seconds), p, r)
         }
     }
 }
