@@ -51,6 +51,7 @@ use crate::domain::auth::Bearer;
 use crate::error::{ApiError, ApiResult};
 use crate::http::api::State;
 use crate::http::json::MAX_BODY_BYTES;
+use crate::http::peer;
 use crate::http::state::AppState;
 
 /// Where the MCP endpoint is mounted.
@@ -95,6 +96,10 @@ pub fn service(state: State) -> McpService {
         .on_request_fn(|req, extensions| {
             if let Some(bearer) = req.extensions().get::<Bearer>() {
                 extensions.insert(McpBearer(bearer.clone()));
+            }
+            // For `read_changes`, whose wait ends when its client leaves.
+            if let Some(watch) = peer::Watch::of(req) {
+                extensions.insert(watch);
             }
         })
         .build()
@@ -517,12 +522,15 @@ impl ServerHandler for OrbitMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let bearer = on_request_extensions(&context.extensions)
+        let extensions = on_request_extensions(&context.extensions);
+        let bearer = extensions
             .and_then(|e| e.get::<McpBearer>())
             .map(|b| b.0.clone())
             .ok_or_else(|| McpError::internal_error("no bearer token on this request", None))?;
+        let watch = extensions.and_then(|e| e.get::<peer::Watch>()).cloned();
         let arguments = request.arguments.unwrap_or_default();
-        let Some(outcome) = tools::call(&self.state, bearer, &request.name, arguments).await else {
+        let called = tools::call(&self.state, bearer, watch, &request.name, arguments);
+        let Some(outcome) = called.await else {
             return Err(McpError::invalid_params(
                 format!("Unknown tool: {}", request.name),
                 None,

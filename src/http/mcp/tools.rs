@@ -29,6 +29,7 @@ use crate::domain::{
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::http::api::{written, Reply, State};
 use crate::http::json::{Body, Validate};
+use crate::http::peer;
 use crate::model::{page_problems, Limits, MAX_PAGE};
 use crate::store::handoffs::HandoffStatus;
 
@@ -244,6 +245,7 @@ fn done(written: Written) -> ApiResult<Done> {
 pub async fn call(
     state: &State,
     bearer: Bearer,
+    watch: Option<peer::Watch>,
     name: &str,
     arguments: JsonObject,
 ) -> Option<ApiResult<Done>> {
@@ -266,6 +268,7 @@ pub async fn call(
     run(
         state,
         bearer,
+        watch,
         name,
         Args(arguments, FieldErrors::default(), limits),
     )
@@ -309,7 +312,13 @@ impl Validate for InboxArgs {
 
 /// The tools: each takes its arguments apart as its REST route takes the request
 /// apart, then calls the route's domain function. `Ok(None)`: no such tool.
-async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResult<Option<Done>> {
+async fn run(
+    state: &State,
+    bearer: Bearer,
+    watch: Option<peer::Watch>,
+    name: &str,
+    mut a: Args,
+) -> ApiResult<Option<Done>> {
     let min = leases::min_duration(&state.config);
     let done = match name {
         "whoami" => {
@@ -653,9 +662,13 @@ async fn run(state: &State, bearer: Bearer, name: &str, mut a: Args) -> ApiResul
         }
         "read_changes" => {
             let orbit = a.orbit();
-            // The SDK's transport does not show the tool its connection, so an
-            // MCP poll whose client left waits out its `wait` (agents.md).
-            let gone = std::future::pending();
+            // A poll whose client left ends then, as over REST (`http::peer`).
+            let gone = async move {
+                match watch {
+                    Some(watch) => watch.gone().await,
+                    None => std::future::pending().await,
+                }
+            };
             raw(&changes::read_page(state, bearer, orbit, a.query()?, None, gone).await?)
         }
         "search" => {

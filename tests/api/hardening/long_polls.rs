@@ -1,5 +1,6 @@
 //! Finding 3 on long polls: one shared feed read per wake-up, no wait past the
-//! revision, and a cap per client that a poll whose client left gives back at once;
+//! revision, and a cap per client that a poll whose client left gives back at once
+//! (over REST and MCP);
 //! and a write whose client left still wakes them.
 
 use reqwest::StatusCode;
@@ -224,6 +225,49 @@ async fn a_long_poll_whose_client_left_gives_its_place_back() {
     for p in again {
         assert_eq!(p.await.expect("poll"), StatusCode::OK);
     }
+}
+
+/// Over MCP too: a `read_changes` whose client gave up ends then and gives its
+/// place back (it waited out its `wait` until 2026-12-07: the SDK's transport
+/// keeps the request from the tool, so the tool gets a watch taken beforehand).
+#[tokio::test]
+async fn an_mcp_long_poll_whose_client_left_gives_its_place_back() {
+    let app = TestApp::spawn_with(|c| c.long_polls_per_client = 1).await;
+    let owner = app.agent("impatient-mcp").await;
+    let orbit = app.orbit(&owner, "impatient-mcp").await;
+    let call = |id: u64, wait: u64| {
+        app.client
+            .post(app.url("/mcp"))
+            .bearer_auth(&owner.token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "read_changes",
+                    "arguments": {"orbit": orbit, "after": 1, "wait": wait}}}))
+    };
+    let poll = call(1, 30).timeout(std::time::Duration::from_millis(1500));
+    let poll = tokio::spawn(async move { poll.send().await });
+    let started = std::time::Instant::now();
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] < 1 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        poll.await.expect("poll task").is_err(),
+        "the poll was answered"
+    );
+    let left = std::time::Instant::now();
+    while app.metrics(["orbit_long_polls_waiting"]).await[0] > 0 {
+        assert!(
+            left.elapsed() < std::time::Duration::from_secs(10),
+            "the abandoned MCP poll kept its place"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Its place is free: a new poll waits its second and answers, not a refusal.
+    let r = call(2, 1).send().await.expect("second poll");
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["result"]["isError"], false, "{body}");
 }
 
 /// A write whose client gave up while it waited still wakes the orbit's long polls
