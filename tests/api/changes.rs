@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{test_config, TestApp, TestDb};
+use crate::harness::{backends, test_config, Frozen, TestApp, TestDb};
 
 #[tokio::test]
 async fn a_long_poll_started_before_a_write_returns_that_write() {
@@ -67,59 +67,6 @@ async fn a_long_poll_on_one_instance_wakes_for_a_write_on_another() {
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
 }
 
-/// The server backends of this test's database whose `application_name` is `name`
-/// (`orbit-listen`, `orbit-notify`), once there are `expected` of them.
-fn backends(conn: &mut diesel::PgConnection, name: &str, expected: usize) -> Vec<i32> {
-    use diesel::RunQueryDsl;
-    #[derive(diesel::QueryableByName)]
-    struct Pid {
-        #[diesel(sql_type = diesel::sql_types::Integer)]
-        pid: i32,
-    }
-    let started = Instant::now();
-    loop {
-        let pids: Vec<i32> = diesel::sql_query(
-            "SELECT pid FROM pg_stat_activity \
-             WHERE datname = current_database() AND application_name = $1",
-        )
-        .bind::<diesel::sql_types::Text, _>(name)
-        .load::<Pid>(conn)
-        .expect("pg_stat_activity")
-        .into_iter()
-        .map(|p| p.pid)
-        .collect();
-        if pids.len() == expected {
-            return pids;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "{pids:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Server processes stopped with `SIGSTOP` until this is dropped.
-struct Frozen(Vec<i32>);
-
-impl Frozen {
-    fn stop(pids: Vec<i32>) -> Frozen {
-        for &pid in &pids {
-            assert_eq!(
-                unsafe { libc::kill(pid, libc::SIGSTOP) },
-                0,
-                "SIGSTOP {pid}"
-            );
-        }
-        Frozen(pids)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            unsafe { libc::kill(pid, libc::SIGCONT) };
-        }
-    }
-}
-
 /// With the backends named `name` stopped (`expected` of them), on a cluster of the
 /// test's own (on this machine, so they can be): a write on one instance, `write_after`
 /// into a long poll of 30 s on the other, still answers that poll well before its
@@ -136,7 +83,7 @@ async fn a_stopped_backend_still_lets_writes_wake_polls(
     let b = app.agent("b").await;
     let orbit = app.orbit(&owner, "frozen").await;
     let mut conn = app.db.conn();
-    let _frozen = Frozen::stop(backends(&mut conn, name, expected));
+    let _frozen = Frozen::stop(backends(&mut conn, Some(name), expected));
 
     let started = Instant::now();
     let poll = other.get("/api/v1/orbits/frozen/changes?after=1&wait=30", None);

@@ -618,3 +618,59 @@ impl Remote {
         assert_eq!(r.status(), StatusCode::CREATED);
     }
 }
+
+/// The server backends of this test's database other than the asking one: those
+/// whose `application_name` is `name` (`orbit-listen`, `orbit-notify`), or with
+/// `None` the pool's (no name), once there are `expected` of them (with `None`, at
+/// least that many).
+pub fn backends(conn: &mut PgConnection, name: Option<&str>, expected: usize) -> Vec<i32> {
+    #[derive(diesel::QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        pid: i32,
+    }
+    let started = std::time::Instant::now();
+    loop {
+        let pids: Vec<i32> = diesel::sql_query(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND application_name = coalesce($1, '')",
+        )
+        .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(name)
+        .load::<Pid>(conn)
+        .expect("pg_stat_activity")
+        .into_iter()
+        .map(|p| p.pid)
+        .collect();
+        if pids.len() == expected || (name.is_none() && pids.len() > expected) {
+            return pids;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Server processes stopped with `SIGSTOP` (a backend that stops answering while
+/// the rest of the database works) until this is dropped.
+pub struct Frozen(Vec<i32>);
+
+impl Frozen {
+    pub fn stop(pids: Vec<i32>) -> Frozen {
+        for &pid in &pids {
+            assert_eq!(
+                unsafe { libc::kill(pid, libc::SIGSTOP) },
+                0,
+                "SIGSTOP {pid}"
+            );
+        }
+        Frozen(pids)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+}

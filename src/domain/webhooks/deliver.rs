@@ -18,7 +18,9 @@
 //! (instance, `claim_seq`) and changes nothing once it was lost. A live instance
 //! whose statements fail (the database restarting, away) asks again
 //! ([`persisting`]) while its claim lasts, so a restart costs the delivery the
-//! outage, not the rest of the claim.
+//! outage, not the rest of the claim; each of its database calls ends at
+//! `db::deadline`, as a request's does, so a backend that stops answering costs a
+//! call that, not the engine.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -635,8 +637,8 @@ fn timed_out(s: &Settings) -> String {
 /// Safe to repeat: a read, a renewal, a record and a release change nothing once
 /// the claim was lost, and a record of a delivery already recorded is not logged
 /// twice (`webhook_record`). Giving up at once would leave the claim to run out
-/// before anyone delivers again. (A server that hangs without failing holds one
-/// attempt until TCP gives up on it, 30 s; the engine's stop does not wait for it.)
+/// before anyone delivers again. (A database server that hangs without failing
+/// holds one attempt until `db::deadline`, [`blocking`].)
 async fn persisting<T, F>(ctx: &Ctx, until: Instant, work: F) -> Result<T, String>
 where
     T: Send + 'static,
@@ -655,17 +657,17 @@ where
     }
 }
 
-/// Runs database work on a blocking thread, on a pooled connection.
+/// Runs database work on a blocking thread, on a pooled connection, within the
+/// request path's limit (`db::read`, `db::deadline`): a server that stops answering
+/// on that connection (its backend frozen) costs a pass or an attempt the deadline
+/// and the connection, not the engine's loop; work no thread had taken up by then
+/// never runs.
 async fn blocking<T, F>(pool: &PgPool, work: F) -> Result<T, String>
 where
     T: Send + 'static,
     F: FnOnce(&mut PgConnection) -> QueryResult<T> + Send + 'static,
 {
-    let pool = pool.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut conn = db::checkout(&pool).map_err(|e| e.to_string())?;
-        work(&mut conn).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| e.to_string())?
+    db::read(pool, move |conn| Ok(work(conn)?))
+        .await
+        .map_err(|e| format!("{e}: {}", e.body.message))
 }

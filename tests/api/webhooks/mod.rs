@@ -1028,3 +1028,61 @@ async fn a_delivery_recorded_twice_is_logged_once() {
     assert_eq!(logged, 1, "the attempt logged {logged} times");
     assert_eq!(deliveries(&app, &owner, id).await.len(), 1);
 }
+
+/// A database backend that stops answering on a connection the engine took from
+/// the pool (a probe's `SIGSTOP`: no error, no closed connection) costs the engine
+/// that connection and `db::deadline`, not its loop: the next claim pass takes
+/// another, and deliveries go on. Until 2026-12-07 the engine's wait had no end and
+/// that instance delivered nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_backend_that_stopped_answering_does_not_stop_deliveries() {
+    let (_pg, url) = crate::reliability::fleet::migrated_cluster("oc-hookfrozen");
+    let mut config = crate::harness::test_config();
+    config.webhook_allow_private = true;
+    config.webhook_retry_base_ms = 50;
+    // `db::deadline` is 4 s.
+    config.db_timeout_ms = 1000;
+    let app = TestApp::spawn_on(crate::harness::TestDb::at(&url), config);
+    let rx = Receiver::start().expect("start the webhook receiver");
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "frozen-pool").await;
+    subscribe(&app, &owner, json!({"orbit": "frozen-pool", "url": rx.url})).await;
+    let first = write(&app, &owner, orbit, 0).await;
+    rx.wait_for(WAIT, |g| g.len() == 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Every pooled connection's backend stops; the engine's next pass (a sweep
+    // comes every 50 ms) waits on one of them.
+    let mut conn = app.db.conn();
+    let _frozen = crate::harness::Frozen::stop(crate::harness::backends(&mut conn, None, 1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A write, sent again under its key while it meets a stopped backend (503):
+    // each such request holds one of them, and the pool opens new connections.
+    let started = std::time::Instant::now();
+    let second = loop {
+        let r = app
+            .post_with_key(
+                &format!("/api/v1/orbits/{orbit}/problems"),
+                &owner.token,
+                "after-the-freeze",
+                json!({"title": "after the freeze", "statement": ""}),
+            )
+            .await;
+        if r.status == 201 {
+            break r.json["data"]["orbit_revision"].as_i64().expect("revision");
+        }
+        assert_eq!(r.status, 503, "{}", r.text);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no write got through"
+        );
+    };
+    assert_eq!(second, first + 1);
+    let got = rx
+        .wait_for(Duration::from_secs(60), |g| g.len() == 2)
+        .await
+        .unwrap_or_else(|e| panic!("the engine stayed stuck: {e}"));
+    assert_eq!(got[1].revision(), second);
+}
