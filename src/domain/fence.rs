@@ -108,6 +108,15 @@ impl LockedTask {
             .as_ref()
             .filter(|h| h.from_contributor == giver && h.live)
     }
+
+    /// The active lease `caller` may go on with: its own, and not fenced by a
+    /// pending handoff of its own. A refusal offers it (`details.lease_id`,
+    /// `recover: continue`) only then, since continuing with a fenced lease is one
+    /// more refusal (`handed_off`).
+    pub fn workable_by(&self, caller: i64) -> Option<&OpenLease> {
+        self.active_lease()
+            .filter(|l| l.contributor_id == caller && self.pending_from(caller).is_none())
+    }
 }
 
 #[derive(QueryableByName)]
@@ -383,16 +392,19 @@ pub struct Held {
 }
 
 /// 409 `stale_lease_version`. `details.yours` (contract section 17: "the current lease
-/// is the caller's own") is true only while that lease is active, and then
-/// `details.lease_id` names it: the one case whose reaction is to continue. A
-/// current lease of the caller's that has ended (completed, released, run out) is
-/// no lease to continue with. `mismatch` is `(sent, named)` when the lease a path
+/// is the caller's own") is true only while that lease is active and unfenced
+/// ([`LockedTask::workable_by`]), and then `details.lease_id` names it: the one case
+/// whose reaction is to continue. A current lease of the caller's that has ended
+/// (completed, released, run out) or that its own pending handoff fences is no
+/// lease to continue with (the latter's `details.handoff_id` names that handoff). `mismatch` is `(sent, named)` when the lease a path
 /// names has another version than the one the body sent: then the message says
 /// so (the version sent may well be the task's current one).
 pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
-    let yours = task
-        .active_lease()
-        .filter(|l| Some(l.contributor_id) == task.caller);
+    let yours = task.caller.and_then(|caller| task.workable_by(caller));
+    let fenced = task
+        .caller
+        .and_then(|caller| task.pending_from(caller))
+        .filter(|_| task.active_lease().map(|l| l.contributor_id) == task.caller);
     let message = match (mismatch, yours.is_some()) {
         (Some((sent, named)), true) => format!(
             "The lease in the path has lease_version {named}, not {sent}: they name two \
@@ -408,6 +420,11 @@ pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
              lease is yours: you acquired or accepted the task again since. Continue with the \
              lease in details (lease_id, current_lease_version); stop using the old version."
             .to_owned(),
+        (None, false) if fenced.is_some() => "Your lease_version is not the task's current \
+             one, and the current lease, yours, is fenced by your pending handoff \
+             (details.handoff_id). Stop writing and report; withdraw the handoff first only if \
+             you mean to take the task back."
+            .to_owned(),
         (None, false) => "Your lease_version is not the task's current one: the task was \
              leased again, or its lease ended, since. Stop writing and report; do not retry \
              with a version you did not acquire."
@@ -419,6 +436,9 @@ pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
     });
     if let Some(lease) = yours {
         details["lease_id"] = json!(lease.id);
+    }
+    if let Some(h) = fenced {
+        details["handoff_id"] = json!(h.id);
     }
     ApiError::conflict("stale_lease_version", message).with_details(details)
 }
@@ -518,9 +538,10 @@ pub fn admit(task: &LockedTask, caller: i64) -> TxResult<()> {
         Some("lease_already_held") => match &task.open_lease {
             Some(open) => Err(ApiError::conflict(
                 "lease_already_held",
-                "You already hold the active lease on this task: renew it instead.",
+                "You already hold the active lease on this task (details: lease_id, \
+                 lease_version): renew it instead.",
             )
-            .with_details(json!({ "lease_id": open.id }))
+            .with_details(json!({ "lease_id": open.id, "lease_version": open.lease_version }))
             .into()),
             None => Err(unworded(task)),
         },

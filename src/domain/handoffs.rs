@@ -198,17 +198,18 @@ pub struct AcceptedHandoff {
 }
 
 /// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`. When the caller
-/// still holds the task's active lease, also that lease (`details.lease_id`,
-/// `lease_version`), so it learns it has the task: the one who accepted (it lost
-/// the accept's answer) and the accept's lease is still active, or the giver (the
-/// handoff was declined, superseded, withdrawn or ran out: [`giver_holds`]). A
-/// lease that has ended since (completed, released, run out, handed on) is no
-/// lease to continue with: the answer is then the plain one.
+/// still holds the task's active lease, unfenced (`LockedTask::workable_by`), also
+/// that lease (`details.lease_id`, `lease_version`), so it learns it has the task:
+/// the one who accepted (it lost the accept's answer) and the accept's lease is
+/// still active, or the giver (the handoff was declined, superseded, withdrawn or
+/// ran out: [`giver_holds`]). A lease that has ended since (completed, released,
+/// run out) or that a newer handoff of the caller's fences is no lease to continue
+/// with: the answer is then the plain one.
 pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError {
     let mut details = json!({ "current_status": h.status });
     let accepted = h.accepted_by == Some(caller)
         && h.accepted_lease_id.is_some()
-        && task.active_lease().map(|l| l.id) == h.accepted_lease_id;
+        && task.workable_by(caller).map(|l| l.id) == h.accepted_lease_id;
     if h.status == HandoffStatus::Accepted.as_str() {
         details["accepted_by"] = json!(h.accepted_by);
         if accepted {
@@ -233,13 +234,10 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
 /// on with it ([`GIVER_HOLDS`]), not to leave a task its lease keeps from everyone
 /// else.
 fn giver_holds(h: &HandoffLock, task: &LockedTask, caller: i64, details: &mut Value) -> bool {
-    let Some(lease) = task.active_lease() else {
+    let Some(lease) = task.workable_by(caller) else {
         return false;
     };
-    if h.from_contributor != caller
-        || lease.contributor_id != caller
-        || task.pending_from(caller).is_some()
-    {
+    if h.from_contributor != caller {
         return false;
     }
     details["lease_id"] = json!(lease.id);

@@ -69,6 +69,83 @@ async fn stale_lease_version_says_whether_the_current_lease_is_yours() {
     }
 }
 
+/// A current lease of the caller's that its own pending handoff fences is no lease
+/// to continue with: a stale version, the fence check and the accepter's second
+/// accept say so, and never `continue` (a probe following every `recover`
+/// literally, 2026-12-07: "continue" led to `handed_off`).
+#[tokio::test]
+async fn a_lease_fenced_by_its_holders_own_handoff_is_not_offered_to_continue() {
+    for app in both_paths().await {
+        let c = crew(&app, "stale-fenced", 2).await;
+        let (a, b, d) = (&c.owner, &c.members[0], &c.members[1]);
+        let t = task(&app, a, c.orbit, "t").await;
+        let (l1, v1) = lease(&app, a, t, 600).await;
+        release(&app, a, l1, v1).await.assert_envelope_ok(200);
+        let (_, v2) = lease(&app, a, t, 600).await;
+        let offer = |who: &crate::harness::Agent, v: i64, to: i64| {
+            let (path, who) = (format!("/api/v1/tasks/{t}/handoffs"), who.clone());
+            let app = &app;
+            async move {
+                let ck = checkpoint(app, &who, t, v, json!({})).await;
+                let ck = ck.json["data"]["id"].as_i64().expect("a checkpoint");
+                let body = json!({"lease_version": v, "checkpoint_id": ck,
+                    "to_contributor_id": to, "message": "yours"});
+                app.post_keyed(&path, &who.token, body).await
+            }
+        };
+        let h = offer(a, v2, b.id).await;
+        assert_eq!(h.status, 201, "{}", h.text);
+        let h = h.json["data"]["id"].as_i64().unwrap();
+
+        let before = crate::work::orbit_revision(&app, c.orbit).await;
+        for r in [
+            checkpoint(&app, a, t, v1, json!({})).await,
+            crate::work::fence(&app, a, t, v1).await,
+        ] {
+            r.assert_error(409, "stale_lease_version");
+            assert_eq!(r.json["details"]["yours"], false, "{}", r.text);
+            assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
+            assert_eq!(r.json["details"]["handoff_id"], h, "{}", r.text);
+            assert!(
+                r.text.contains("fenced by your pending handoff"),
+                "{}",
+                r.text
+            );
+        }
+        assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, before);
+        // Without the handoff, the same stale version says continue.
+        app.post_keyed(
+            &format!("/api/v1/handoffs/{h}/withdraw"),
+            &a.token,
+            json!({}),
+        )
+        .await
+        .assert_envelope_ok(200);
+        let r = checkpoint(&app, a, t, v1, json!({})).await;
+        assert_eq!(r.json["details"]["yours"], true, "{}", r.text);
+        assert!(r.json["details"].get("handoff_id").is_none(), "{}", r.text);
+
+        // The accepter that offered the task on: its second accept offers no lease.
+        let h = offer(a, v2, b.id).await;
+        let h = h.json["data"]["id"].as_i64().unwrap();
+        let path = format!("/api/v1/handoffs/{h}/accept");
+        let first = keyed(&app, &path, &b.token, "accept-1", json!({})).await;
+        assert_eq!(first.status, 200, "{}", first.text);
+        let vb = first.json["data"]["lease"]["lease_version"]
+            .as_i64()
+            .unwrap();
+        offer(b, vb, d.id).await.assert_envelope_ok(201);
+        let again = keyed(&app, &path, &b.token, "accept-2", json!({})).await;
+        again.assert_error(409, "handoff_not_pending");
+        assert_eq!(again.json["details"]["accepted_by"], b.id, "{}", again.text);
+        assert!(
+            again.json["details"].get("lease_id").is_none(),
+            "{}",
+            again.text
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_lease_version_never_issued_is_422_and_changes_nothing() {
     for app in both_paths().await {

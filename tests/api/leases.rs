@@ -66,6 +66,8 @@ async fn full_lease_lifecycle_acquire_checkpoint_renew_release_complete() {
     let r = acquire(&app, a, t, json!({})).await;
     r.assert_error(409, "lease_already_held");
     assert_eq!(r.json["details"]["lease_id"], lease_id);
+    // And its version, which the renew it advises needs.
+    assert_eq!(r.json["details"]["lease_version"], 1, "{}", r.text);
 
     let r = release(&app, a, lease_id, 1).await;
     assert_eq!(r.status, 200, "{}", r.text);

@@ -32,7 +32,7 @@ pub struct LeasePage {
 /// Acquire a lease on a task: `lease_version = task.lease_version + 1`.
 ///
 /// 409 `lease_conflict` (someone else holds it; only `details.expires_at` is
-/// revealed), `lease_already_held` (`details.lease_id`: renew it instead),
+/// revealed), `lease_already_held` (`details.lease_id`, `lease_version`: renew it instead),
 /// `handed_off` (you have a pending handoff on the task: withdraw it first),
 /// `task_closed`. Acquiring supersedes the task's pending handoffs.
 #[utoipa::path(
