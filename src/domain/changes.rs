@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::db;
 use crate::domain::access;
 use crate::domain::auth::Bearer;
-use crate::domain::feed::{woken, OrbitWaiters, PollClient, Snapshot};
+use crate::domain::feed::{self, woken, OrbitWaiters, PollClient, Snapshot};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{page_problems, Validate};
@@ -102,15 +102,16 @@ pub async fn read_page(
     if !rows.is_empty() || wait == 0 || after > orbit_revision {
         return Ok(page(rows, after, orbit_revision));
     }
-    let Some(_slot) = core
-        .long_polls
-        .enter(client, core.config.long_polls_per_client)
-    else {
-        return Err(ApiError::too_many_requests(1).with_message(format!(
-            "This client already has {} long polls waiting. Wait for one to answer, \
-             or poll without `wait`.",
-            core.config.long_polls_per_client
-        )));
+    let cap = core.config.long_polls_per_client;
+    let _slot = match core.long_polls.enter(client, cap, deadline) {
+        Ok(slot) => slot,
+        Err(first_ends) => {
+            let after = feed::retry_after(first_ends);
+            return Err(ApiError::too_many_requests(after).with_message(format!(
+                "This client already has {cap} long polls waiting; the first answers within \
+                 {after} s at the latest. Wait for one to answer, or poll without `wait`."
+            )));
+        }
     };
     let (waiter, new) = core.feed_reads.join(id, after);
     let mut latest = waiter.orbit.latest.subscribe();

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use crate::db::{self, PgPool};
 use crate::domain::access;
 use crate::domain::auth::Bearer;
-use crate::domain::feed::{woken, OwnedPollSlot, PollClient, PollCounts};
+use crate::domain::feed::{self, woken, OwnedPollSlot, PollClient, PollCounts};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::store::changes::{load_page, ChangeOut};
@@ -355,11 +355,16 @@ pub async fn open(
     }
     let streams = core.events.clone();
     let cap = core.config.max_streams_per_client;
-    let Some(slot) = streams.enter(client, cap).await else {
-        return Err(ApiError::too_many_requests(1).with_message(format!(
-            "This client already has {cap} event streams open. Close one, or follow \
-             the feed with one stream per orbit."
-        )));
+    let ends = Instant::now() + Duration::from_secs(core.config.stream_max_seconds);
+    let slot = match streams.enter(client, cap, ends).await {
+        Ok(slot) => slot,
+        Err(first_ends) => {
+            let after = feed::retry_after(first_ends);
+            return Err(ApiError::too_many_requests(after).with_message(format!(
+                "This client already has {cap} event streams open; the first ends by itself \
+                 within {after} s. Close one, or follow the feed with one stream per orbit."
+            )));
+        }
     };
     let queue = streams.join(core, orbit, revision);
     streams.open.fetch_add(1, Relaxed);
@@ -378,7 +383,7 @@ pub async fn open(
         done: false,
         keep_alive: Duration::from_secs(core.config.stream_keepalive_seconds.clamp(1, 15)),
         quiet_since: Instant::now(),
-        deadline: Instant::now() + Duration::from_secs(core.config.stream_max_seconds),
+        deadline: ends,
         closing: streams.closing.subscribe(),
         probe: streams.probe_of(client),
     };
@@ -388,10 +393,18 @@ pub async fn open(
 impl Streams {
     /// A place under the client's cap of open streams; at the cap, first the
     /// places of streams whose connections the client closed are found ([`PROBES`]).
-    async fn enter(self: &Arc<Self>, client: PollClient, cap: u32) -> Option<OwnedPollSlot> {
-        if let Some(slot) = self.clients.enter_owned(client, cap) {
-            return Some(slot);
-        }
+    /// Refused: when the first of the client's streams ends by itself at the latest.
+    async fn enter(
+        self: &Arc<Self>,
+        client: PollClient,
+        cap: u32,
+        ends: Instant,
+    ) -> Result<OwnedPollSlot, std::time::Instant> {
+        let ends = ends.into_std();
+        let mut first_ends = match self.clients.enter_owned(client, cap, ends) {
+            Ok(slot) => return Ok(slot),
+            Err(first) => first,
+        };
         let mut gap = FIRST_PROBE_GAP;
         for _ in 0..PROBES {
             if let Some(probe) = lock(&self.probes).get(&client) {
@@ -399,11 +412,12 @@ impl Streams {
             }
             tokio::time::sleep(gap).await;
             gap *= 2;
-            if let Some(slot) = self.clients.enter_owned(client, cap) {
-                return Some(slot);
+            match self.clients.enter_owned(client, cap, ends) {
+                Ok(slot) => return Ok(slot),
+                Err(first) => first_ends = first,
             }
         }
-        None
+        Err(first_ends)
     }
 
     /// What a new stream of `client` listens to for probes.

@@ -517,10 +517,19 @@ impl<R> SharedReads<R> {
     }
 }
 
-/// Long polls in progress per client (a verified token's keyed hash, or the
-/// client address), capped (`ORBIT_LONG_POLLS_PER_CLIENT`).
+/// Long polls (and event streams) in progress per client (a verified token's
+/// keyed hash, or the client address), capped (`ORBIT_LONG_POLLS_PER_CLIENT`,
+/// `ORBIT_MAX_STREAMS_PER_CLIENT`), each with the instant it ends at the latest, so
+/// that a refusal can say when a place comes back at the latest ([`retry_after`]).
 #[derive(Default)]
-pub struct PollCounts(Mutex<std::collections::HashMap<PollClient, u32>>);
+pub struct PollCounts(Mutex<std::collections::HashMap<PollClient, Places>>);
+
+/// One client's places: when each ends at the latest, by place number.
+#[derive(Default)]
+struct Places {
+    next: u64,
+    ends: std::collections::HashMap<u64, Instant>,
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum PollClient {
@@ -532,48 +541,65 @@ pub enum PollClient {
 pub struct PollSlot<'a> {
     counts: &'a PollCounts,
     client: PollClient,
+    place: u64,
 }
 
 /// [`PollSlot`] for a place that outlives the request's borrow (an event stream).
 pub struct OwnedPollSlot {
     counts: Arc<PollCounts>,
     client: PollClient,
+    place: u64,
 }
 
 impl PollCounts {
-    /// A place for one more long poll of `client`, or `None` at the cap.
-    pub fn enter(&self, client: PollClient, cap: u32) -> Option<PollSlot<'_>> {
-        // `then`, not `then_some`: a slot built for nothing would give a place back
-        // when dropped.
-        self.take(client, cap).then(|| PollSlot {
+    /// A place for one more long poll of `client`, which ends by `ends`; at the cap,
+    /// the instant the first of the client's places ends at the latest.
+    pub fn enter(
+        &self,
+        client: PollClient,
+        cap: u32,
+        ends: Instant,
+    ) -> Result<PollSlot<'_>, Instant> {
+        // Built only for a place taken: a slot built for nothing would give a place
+        // back when dropped.
+        self.take(client, cap, ends).map(|place| PollSlot {
             counts: self,
             client,
+            place,
         })
     }
 
     /// [`PollCounts::enter`], the place owning a handle on the counts.
-    pub fn enter_owned(self: &Arc<Self>, client: PollClient, cap: u32) -> Option<OwnedPollSlot> {
-        self.take(client, cap).then(|| OwnedPollSlot {
+    pub fn enter_owned(
+        self: &Arc<Self>,
+        client: PollClient,
+        cap: u32,
+        ends: Instant,
+    ) -> Result<OwnedPollSlot, Instant> {
+        self.take(client, cap, ends).map(|place| OwnedPollSlot {
             counts: self.clone(),
             client,
+            place,
         })
     }
 
-    fn take(&self, client: PollClient, cap: u32) -> bool {
+    fn take(&self, client: PollClient, cap: u32, ends: Instant) -> Result<u64, Instant> {
         let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = counts.entry(client).or_default();
-        if *n >= cap {
-            return false;
+        let places = counts.entry(client).or_default();
+        if places.ends.len() >= cap.max(1) as usize {
+            return Err(places.ends.values().min().copied().unwrap_or(ends));
         }
-        *n += 1;
-        true
+        let place = places.next;
+        places.next += 1;
+        places.ends.insert(place, ends);
+        Ok(place)
     }
 
-    fn give_back(&self, client: PollClient) {
+    fn give_back(&self, client: PollClient, place: u64) {
         let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&client) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(places) = counts.get_mut(&client) {
+            places.ends.remove(&place);
+            if places.ends.is_empty() {
                 counts.remove(&client);
             }
         }
@@ -582,14 +608,21 @@ impl PollCounts {
 
 impl Drop for PollSlot<'_> {
     fn drop(&mut self) {
-        self.counts.give_back(self.client);
+        self.counts.give_back(self.client, self.place);
     }
 }
 
 impl Drop for OwnedPollSlot {
     fn drop(&mut self) {
-        self.counts.give_back(self.client);
+        self.counts.give_back(self.client, self.place);
     }
+}
+
+/// A refusal's `Retry-After` for a place that comes back by `at` at the latest:
+/// whole seconds, rounded up, at least 1.
+pub fn retry_after(at: Instant) -> u64 {
+    let left = at.saturating_duration_since(Instant::now());
+    (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1)
 }
 
 #[cfg(test)]
@@ -616,21 +649,37 @@ mod tests {
 
     /// A refused poll leaves the count as it was: until 2026-12-05 the slot built
     /// for a refusal was dropped and gave a place back, so every refused poll let
-    /// the next one in (a review found 12 polls waiting under a cap of 8).
+    /// the next one in (a review found 12 polls waiting under a cap of 8). A
+    /// refusal names when the first place ends at the latest.
     #[test]
     fn a_refused_poll_gives_no_place_back() {
         let counts = Arc::new(PollCounts::default());
         let client = PollClient::Addr(std::net::Ipv4Addr::LOCALHOST.into());
-        let held = [counts.enter(client, 2), counts.enter(client, 2)];
-        assert!(held.iter().all(Option::is_some));
+        let now = Instant::now();
+        let (soon, late) = (now + Duration::from_secs(7), now + Duration::from_secs(30));
+        let held = [counts.enter(client, 2, late), counts.enter(client, 2, soon)];
+        assert!(held.iter().all(Result::is_ok));
         for _ in 0..3 {
-            assert!(counts.enter(client, 2).is_none());
-            assert!(counts.enter_owned(client, 2).is_none());
+            assert_eq!(counts.enter(client, 2, late).err(), Some(soon));
+            assert_eq!(counts.enter_owned(client, 2, late).err(), Some(soon));
         }
         drop(held);
-        let again = [counts.enter(client, 2), counts.enter(client, 2)];
-        assert!(again.iter().all(Option::is_some));
-        assert!(counts.enter(client, 2).is_none());
+        let again = [counts.enter(client, 2, late), counts.enter(client, 2, late)];
+        assert!(again.iter().all(Result::is_ok));
+        assert_eq!(counts.enter(client, 2, soon).err(), Some(late));
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds_of_at_least_one() {
+        let now = Instant::now();
+        assert_eq!(retry_after(now), 1);
+        assert_eq!(retry_after(now - Duration::from_secs(3)), 1);
+        let r = retry_after(now + Duration::from_millis(7_300));
+        assert_eq!(r, 8);
+        assert_eq!(
+            retry_after(now + Duration::from_secs(900) + Duration::from_millis(1)),
+            901
+        );
     }
 
     #[test]

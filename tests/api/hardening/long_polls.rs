@@ -121,7 +121,16 @@ async fn long_polls_per_client_are_capped() {
     }
     let r = app.get(&path, Some(&owner.token)).await;
     r.assert_error(429, "rate_limited");
-    assert!(r.header("retry-after").is_some());
+    // When the first waiting poll answers at the latest (its `wait` of 25 s), not
+    // 1 s, after which the same poll was refused again (a probe, 2026-12-07).
+    let after: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((20..=25).contains(&after), "Retry-After {after}");
+    let message = r.json["message"].as_str().unwrap();
+    assert!(message.contains(&format!("within {after} s")), "{message}");
     // A refused poll gives no place back: the next ones are refused too (until
     // 2026-12-05 each refusal freed a place, and this poll waited its second).
     let short = format!("/api/v1/orbits/{orbit}/changes?after=1&wait=1");
