@@ -66,7 +66,11 @@ impl RateLimit {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
+    /// A refusal; one whose reaction is `retry_same_key_after` ([`recover_for`])
+    /// says after how long from the start (`Retry-After: 1`, until
+    /// [`ApiError::with_retry_after`] says otherwise): the reaction names the header.
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        let retry = recover_for(status.as_u16(), code) == "retry_same_key_after";
         ApiError {
             status,
             body: Box::new(ErrorBody {
@@ -75,7 +79,7 @@ impl ApiError {
                 errors: None,
                 details: None,
             }),
-            retry_after: None,
+            retry_after: retry.then_some(1),
             limit: None,
         }
     }
@@ -676,5 +680,17 @@ mod tests {
         let expired = ApiError::conflict("handoff_expired", "x")
             .with_details(serde_json::json!({"current_status": "EXPIRED"}));
         assert_eq!(expired.recover(), "choose_other_task");
+    }
+
+    /// Every code whose reaction is to retry after `Retry-After` has one (a probe,
+    /// 2026-12-07: `/readyz`'s `not_migrated` had none), and no other has.
+    #[test]
+    fn every_retry_code_says_after_how_long() {
+        for c in CODES {
+            let status = StatusCode::from_u16(c.status).unwrap();
+            let e = ApiError::new(status, c.code, String::new());
+            let retries = c.recover == "retry_same_key_after";
+            assert_eq!(e.retry_after.is_some(), retries, "{}", c.code);
+        }
     }
 }

@@ -60,8 +60,8 @@ pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
     role.ok_or_else(|| {
         ApiError::forbidden(
             "not_a_member",
-            "Only members of this orbit may do this: join the orbit, then send the request \
-             again.",
+            "Only members of this orbit may do this: join it if it is OPEN, or ask one of its \
+             MAINTAINERs to add you if it is INVITE only; then send the request again.",
         )
         .into()
     })

@@ -339,13 +339,18 @@ pub fn revise(
     claim!(gate, conn, &[id]);
     let head = store::lock(conn, id)?;
     if head.revision != value.base_revision {
-        return Err(ApiError::conflict(
-            "revision_conflict",
+        let message = if value.base_revision > head.revision {
+            // Not a revision anyone read: no one has moved on from it.
+            "base_revision is ahead of the contribution's current revision \
+             (details.current_revision). Read the current revision, merge your change, and \
+             send it with that base_revision."
+        } else {
             "The contribution has moved on since base_revision. Read the current \
-             revision, merge your change, and send it with that base_revision.",
-        )
-        .with_details(json!({ "current_revision": head.revision }))
-        .into());
+             revision, merge your change, and send it with that base_revision."
+        };
+        return Err(ApiError::conflict("revision_conflict", message)
+            .with_details(json!({ "current_revision": head.revision }))
+            .into());
     }
     let new_revision = store::insert_revision(
         conn,

@@ -297,7 +297,7 @@ pub fn accept(
     if h.from_contributor == caller.id() {
         return Err(ApiError::forbidden(
             "own_handoff",
-            "You cannot accept your own handoff; withdraw it instead.",
+            "You cannot accept your own handoff; withdraw it instead while it is pending.",
         )
         .into());
     }
@@ -446,7 +446,7 @@ pub fn decline(
     if h.from_contributor == caller.id() {
         return Err(ApiError::forbidden(
             "own_handoff",
-            "You cannot decline your own handoff; withdraw it instead.",
+            "You cannot decline your own handoff; withdraw it instead while it is pending.",
         )
         .into());
     }

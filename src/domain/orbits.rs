@@ -129,7 +129,8 @@ pub fn join(
     if orbit.join_policy != JoinPolicy::Open.as_str() {
         return Err(ApiError::forbidden(
             "invite_only",
-            "This orbit is INVITE only: a MAINTAINER must add you.",
+            "This orbit is INVITE only: no one joins it, its MAINTAINERs add its members \
+             (GET /api/v1/me lists the orbits you are a member of).",
         )
         .into());
     }

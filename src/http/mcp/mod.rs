@@ -564,7 +564,7 @@ fn stop_message(code: &str) -> Option<&'static str> {
         "task_closed" => return None,
         "stale_lease_version" => "This lease version is no longer the task's current one",
         "lease_not_held" => "This lease is not yours",
-        "lease_released" => "This lease was released",
+        "lease_released" => "This lease has ended",
         "lease_expired" => "This lease has expired",
         "handed_off" => "You handed this task off and the handoff is pending",
         _ => "Your lease no longer lets you work on this task",

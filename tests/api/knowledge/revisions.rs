@@ -41,6 +41,7 @@ async fn a_revision_from_a_stale_base_is_a_conflict_naming_the_current_revision(
     .await;
     r.assert_error(409, "revision_conflict");
     assert_eq!(r.json["details"]["current_revision"], 2, "{}", r.text);
+    assert!(r.text.contains("has moved on since"), "{}", r.text);
     let r = revise(
         &app,
         author,
@@ -50,6 +51,8 @@ async fn a_revision_from_a_stale_base_is_a_conflict_naming_the_current_revision(
     .await;
     r.assert_error(409, "revision_conflict");
     assert_eq!(r.json["details"]["current_revision"], 2);
+    // No one moved on from a revision that never was: the message says what it is.
+    assert!(r.text.contains("is ahead of"), "{}", r.text);
 
     // Only the author revises; other members assess or contribute instead.
     let r = revise(&app, other, id, json!({"base_revision": 2, "body": "mine"})).await;
