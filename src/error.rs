@@ -522,6 +522,7 @@ pub const CODES: &[Code] = &[
     code("malformed_json", 422, "fix_input"),
     code("unreadable_body", 422, "fix_input"),
     code("unsupported_content_type", 422, "fix_input"),
+    code("unsupported_content_encoding", 422, "fix_input"),
     code("empty_query", 422, "fix_input"),
     code("idempotency_key_required", 422, "fix_input"),
     code("idempotency_key_invalid", 422, "fix_input"),

@@ -51,8 +51,22 @@ fn is_json_content_type(req: &HttpRequest) -> Option<bool> {
     Some(essence == "application/json" || essence.ends_with("+json"))
 }
 
-/// Reads the whole body, enforcing the size limit.
+/// Reads the whole body, enforcing the size limit. A body in a content coding
+/// (`Content-Encoding` other than `identity`) is refused unread: no coding is
+/// decoded, and its bytes are not what they would be taken for.
 pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Vec<u8>> {
+    let codings = req.headers().get_all(header::CONTENT_ENCODING);
+    if codings
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .any(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+    {
+        return Err(ApiError::invalid(
+            "unsupported_content_encoding",
+            "The body is sent in a content coding (Content-Encoding, a compression) this \
+             service does not decode. Send it uncompressed, without Content-Encoding.",
+        ));
+    }
     if let Some(len) = req
         .headers()
         .get(header::CONTENT_LENGTH)

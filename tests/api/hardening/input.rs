@@ -711,3 +711,62 @@ async fn a_key_given_twice_in_a_body_is_refused() {
         .await;
     assert_eq!(checkpoints.json["data"], json!([]), "{}", checkpoints.text);
 }
+
+/// A body in a content coding is refused unread, over REST and MCP: until
+/// 2026-12-07 `Content-Encoding` was ignored, so a gzip body was "not JSON"
+/// (`malformed_json`, whose reaction resends it as it was) and an unknown coding
+/// was read as plain bytes (a probe following every `recover` literally).
+#[tokio::test]
+async fn a_body_in_a_content_coding_is_refused_and_changes_nothing() {
+    // gzip of `{"title": "zipped"}`.
+    const ZIPPED: [u8; 39] = [
+        31, 139, 8, 0, 0, 0, 0, 0, 2, 3, 171, 86, 42, 201, 44, 201, 73, 85, 178, 82, 80, 170, 202,
+        44, 40, 72, 77, 81, 170, 5, 0, 163, 59, 10, 92, 19, 0, 0, 0,
+    ];
+    let app = TestApp::spawn().await;
+    let a = app.agent("zipper").await;
+    let orbit = app.orbit(&a, "zipped").await;
+    let tasks = format!("/api/v1/orbits/{orbit}/tasks");
+    let before = crate::work::orbit_revision(&app, orbit).await;
+    for (coding, body) in [
+        ("gzip", ZIPPED.to_vec()),
+        ("GZIP", ZIPPED.to_vec()),
+        ("identity, br", br#"{"title": "plain"}"#.to_vec()),
+        ("x-unknown", br#"{"title": "plain"}"#.to_vec()),
+    ] {
+        let headers = [
+            ("content-type", "application/json"),
+            ("content-encoding", coding),
+            ("idempotency-key", coding),
+        ];
+        let r = app.post_raw(&tasks, Some(&a.token), &headers, body).await;
+        r.assert_error(422, "unsupported_content_encoding");
+        assert!(r.text.contains("Send it uncompressed"), "{}", r.text);
+    }
+    assert_eq!(crate::work::orbit_revision(&app, orbit).await, before);
+    // `identity` is no coding.
+    let headers = [
+        ("content-type", "application/json"),
+        ("content-encoding", "Identity"),
+        ("idempotency-key", "identity"),
+    ];
+    let r = app
+        .post_raw(
+            &tasks,
+            Some(&a.token),
+            &headers,
+            br#"{"title": "plain"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    // MCP: the same refusal, in the JSON-RPC form its clients show.
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("content-encoding", "gzip"),
+    ];
+    let r = app
+        .post_raw("/mcp", Some(&a.token), &headers, ZIPPED.to_vec())
+        .await;
+    crate::mcp::assert_transport_refusal(&r, 422, "unsupported_content_encoding", "fix_input");
+}
