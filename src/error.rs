@@ -539,8 +539,8 @@ impl ApiError {
     /// caller already has what it wanted (`continue`): a `stale_lease_version` whose
     /// current, active lease is the caller's own (`details.yours`), a
     /// `handoff_not_pending` or `handoff_expired` whose details name a lease the
-    /// caller holds (`details.lease_id`: it accepted the handoff itself, or it gave it
-    /// and still holds the task).
+    /// caller holds (`details.lease_id`: it accepted the handoff itself, or it holds
+    /// the task otherwise, as the giver that still holds it).
     pub fn recover(&self) -> &'static str {
         let details = self.body.details.as_ref();
         let code = self.body.code.as_str();

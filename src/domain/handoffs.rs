@@ -198,13 +198,13 @@ pub struct AcceptedHandoff {
 }
 
 /// 409 `handoff_not_pending`. When ACCEPTED, `details.accepted_by`. When the caller
-/// still holds the task's active lease, unfenced (`LockedTask::workable_by`), also
-/// that lease (`details.lease_id`, `lease_version`), so it learns it has the task:
-/// the one who accepted (it lost the accept's answer) and the accept's lease is
-/// still active, or the giver (the handoff was declined, superseded, withdrawn or
-/// ran out: [`giver_holds`]). A lease that has ended since (completed, released,
-/// run out) or that a newer handoff of the caller's fences is no lease to continue
-/// with: the answer is then the plain one.
+/// holds the task's active lease, unfenced (`LockedTask::workable_by`), also that
+/// lease (`details.lease_id`, `lease_version`), so it learns it has the task: the
+/// one who accepted (it lost the accept's answer) and the accept's lease is still
+/// active, or anyone else holding it ([`holds`]: the giver, when the handoff was
+/// declined, superseded, withdrawn or ran out). A lease that has ended since
+/// (completed, released, run out) or that a newer handoff of the caller's fences is
+/// no lease to continue with: the answer is then the plain one.
 pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError {
     let mut details = json!({ "current_status": h.status });
     let accepted = h.accepted_by == Some(caller)
@@ -220,34 +220,32 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
     let message = if accepted {
         "You already accepted this handoff: the task's lease in details (lease_id, \
          lease_version) was issued to you. Continue the task with it."
-    } else if giver_holds(h, task, caller, &mut details) {
-        GIVER_HOLDS
+    } else if holds(task, caller, &mut details) {
+        HOLDS
     } else {
         "This handoff is no longer pending. Choose other work."
     };
     ApiError::conflict("handoff_not_pending", message).with_details(details)
 }
 
-/// Whether `caller` gave `h` and holds the task's active lease, unfenced (no newer
-/// handoff of its own is pending): then the lease goes into `details` (`lease_id`,
-/// `lease_version`; `recover: continue`), since the giver's one reaction is to go
-/// on with it ([`GIVER_HOLDS`]), not to leave a task its lease keeps from everyone
-/// else.
-fn giver_holds(h: &HandoffLock, task: &LockedTask, caller: i64, details: &mut Value) -> bool {
+/// Whether `caller` holds the task's active lease, unfenced
+/// (`LockedTask::workable_by`): then the lease goes into `details` (`lease_id`,
+/// `lease_version`; `recover: continue`), since its one reaction is to go on with
+/// it ([`HOLDS`]), not to leave a task its lease keeps from everyone else. The
+/// giver still holding it (the handoff was declined, withdrawn or ran out), or the
+/// recipient that acquired the task itself once the handoff was over.
+fn holds(task: &LockedTask, caller: i64, details: &mut Value) -> bool {
     let Some(lease) = task.workable_by(caller) else {
         return false;
     };
-    if h.from_contributor != caller {
-        return false;
-    }
     details["lease_id"] = json!(lease.id);
     details["lease_version"] = json!(lease.lease_version);
     true
 }
 
-/// The words of [`giver_holds`].
-const GIVER_HOLDS: &str = "This handoff is no longer pending, and you still hold the task's \
-     lease (details: lease_id, lease_version): continue the task with it, or offer it again.";
+/// The words of [`holds`].
+const HOLDS: &str = "This handoff is no longer pending, and you hold the task's lease \
+     (details: lease_id, lease_version): continue the task with it.";
 
 /// Resolves a handoff named in a path and checks the caller belongs to its orbit.
 fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxResult<HandoffLock> {
@@ -269,8 +267,8 @@ fn still_pending(h: &HandoffLock, live: bool, task: &LockedTask, caller: i64) ->
     }
     if !live {
         let mut details = json!({ "current_status": expired });
-        let message = if giver_holds(h, task, caller, &mut details) {
-            GIVER_HOLDS
+        let message = if holds(task, caller, &mut details) {
+            HOLDS
         } else {
             "This handoff has expired. Choose other work."
         };

@@ -348,7 +348,8 @@ async fn verb(app: &TestApp, who: &Agent, handoff: i64, verb: &str) -> Resp {
 /// A giver whose handoff has left PENDING (declined, or run out) and who still
 /// holds the task's lease is told so when it withdraws, with the lease: its one
 /// reaction is to go on with it (`recover: continue`), not to choose other work
-/// and leave a task its lease keeps from everyone else.
+/// and leave a task its lease keeps from everyone else. So is a recipient that
+/// took the task itself once the handoff was over.
 #[tokio::test]
 async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task() {
     let app = TestApp::spawn().await;
@@ -363,11 +364,7 @@ async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task()
         assert_eq!(r.json["details"]["lease_id"], lease_id, "{}", r.text);
         assert_eq!(r.json["details"]["lease_version"], v, "{}", r.text);
         let message = r.json["message"].as_str().unwrap();
-        assert!(
-            message.contains("you still hold the task's lease"),
-            "{}",
-            r.text
-        );
+        assert!(message.contains("you hold the task's lease"), "{}", r.text);
     };
 
     let declined = offer(&app, giver, t, body(3600)).await.created_id();
@@ -406,6 +403,21 @@ async fn a_giver_withdrawing_a_finished_handoff_learns_it_still_holds_the_task()
     r.assert_error(409, "handoff_expired");
     assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
     assert!(r.text.contains("Choose other work"), "{}", r.text);
+
+    // The recipient that acquired the task itself since is told it holds it, not
+    // to choose other work (a probe following every `recover`, 2026-12-07).
+    let (taken, taken_v) = crate::work::lease(&app, taker, t, 600).await;
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/handoffs/{expired}/accept"),
+            &taker.token,
+            json!({}),
+        )
+        .await;
+    r.assert_error(409, "handoff_expired");
+    assert_eq!(r.json["details"]["lease_id"], taken, "{}", r.text);
+    assert_eq!(r.json["details"]["lease_version"], taken_v, "{}", r.text);
+    assert!(r.text.contains("you hold the task's lease"), "{}", r.text);
 }
 
 #[tokio::test]
