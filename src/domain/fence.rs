@@ -396,9 +396,10 @@ pub struct Held {
 /// ([`LockedTask::workable_by`]), and then `details.lease_id` names it: the one case
 /// whose reaction is to continue. A current lease of the caller's that has ended
 /// (completed, released, run out) or that its own pending handoff fences is no
-/// lease to continue with (the latter's `details.handoff_id` names that handoff). `mismatch` is `(sent, named)` when the lease a path
-/// names has another version than the one the body sent: then the message says
-/// so (the version sent may well be the task's current one).
+/// lease to continue with (the latter's `details.handoff_id` names that handoff).
+/// `mismatch` is `(sent, named)` when the lease a path names has another version
+/// than the one the body sent: then the message says so (the version sent may well
+/// be the task's current one).
 pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
     let yours = task.caller.and_then(|caller| task.workable_by(caller));
     let fenced = task
