@@ -535,20 +535,18 @@ pub const CODES: &[Code] = &[
 ];
 
 impl ApiError {
-    /// The one reaction to this error: the code's, except where the details say the
-    /// caller already has what it wanted (`continue`): a `stale_lease_version` whose
-    /// current, active lease is the caller's own (`details.yours`), a
-    /// `handoff_not_pending` or `handoff_expired` whose details name a lease the
-    /// caller holds (`details.lease_id`: it accepted the handoff itself, or it holds
-    /// the task otherwise, as the giver that still holds it).
+    /// The one reaction to this error: the code's, except where the details name a
+    /// lease the caller may go on with (`details.lease_id`; `continue`): a
+    /// `stale_lease_version` whose current, active lease is the caller's own and
+    /// unfenced, a `handoff_not_pending` or `handoff_expired` whose task the caller
+    /// holds (it accepted the handoff itself, or holds the task otherwise, as the
+    /// giver that still holds it). `details.yours` alone is no such lease: the
+    /// caller's own pending handoff may fence it (`details.handoff_id`).
     pub fn recover(&self) -> &'static str {
         let details = self.body.details.as_ref();
         let code = self.body.code.as_str();
         let mine = match code {
-            "stale_lease_version" => {
-                details.and_then(|d| d.get("yours")) == Some(&Value::Bool(true))
-            }
-            "handoff_not_pending" | "handoff_expired" => {
+            "stale_lease_version" | "handoff_not_pending" | "handoff_expired" => {
                 details.and_then(|d| d.get("lease_id")).is_some()
             }
             _ => false,
@@ -664,9 +662,14 @@ mod tests {
         assert_eq!(recover_for(422, "lease_version_not_issued"), "fix_input");
         assert_eq!(recover_for(429, "rate_limited"), "retry_same_key_after");
         assert_eq!(recover_for(403, "some_new_code"), "not_permitted");
-        let mine = ApiError::conflict("stale_lease_version", "x")
-            .with_details(serde_json::json!({"current_lease_version": 2, "yours": true}));
+        let mine = ApiError::conflict("stale_lease_version", "x").with_details(
+            serde_json::json!({"current_lease_version": 2, "yours": true, "lease_id": 4}),
+        );
         assert_eq!(mine.recover(), "continue");
+        let fenced = ApiError::conflict("stale_lease_version", "x").with_details(
+            serde_json::json!({"current_lease_version": 2, "yours": true, "handoff_id": 5}),
+        );
+        assert_eq!(fenced.recover(), "stop_and_report");
         let theirs = ApiError::conflict("stale_lease_version", "x")
             .with_details(serde_json::json!({"current_lease_version": 2, "yours": false}));
         assert_eq!(theirs.recover(), "stop_and_report");

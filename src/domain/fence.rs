@@ -109,13 +109,15 @@ impl LockedTask {
             .filter(|h| h.from_contributor == giver && h.live)
     }
 
-    /// The active lease `caller` may go on with: its own, and not fenced by a
-    /// pending handoff of its own. A refusal offers it (`details.lease_id`,
-    /// `recover: continue`) only then, since continuing with a fenced lease is one
-    /// more refusal (`handed_off`).
-    pub fn workable_by(&self, caller: i64) -> Option<&OpenLease> {
+    /// The active lease `caller` may go on with for a write of kind `guard`: its
+    /// own, and not fenced by a pending handoff of its own (which fences all but a
+    /// release or a new offer). A refusal offers it (`details.lease_id`, `recover:
+    /// continue`) only then, since continuing with a fenced lease is one more
+    /// refusal (`handed_off`).
+    pub fn workable_by(&self, caller: i64, guard: Guard) -> Option<&OpenLease> {
+        let fenced = guard != Guard::ReleaseOrOffer && self.pending_from(caller).is_some();
         self.active_lease()
-            .filter(|l| l.contributor_id == caller && self.pending_from(caller).is_none())
+            .filter(|l| l.contributor_id == caller && !fenced)
     }
 }
 
@@ -392,50 +394,80 @@ pub struct Held {
 }
 
 /// 409 `stale_lease_version`. `details.yours` (contract section 17: "the current lease
-/// is the caller's own") is true only while that lease is active and unfenced
-/// ([`LockedTask::workable_by`]), and then `details.lease_id` names it: the one case
-/// whose reaction is to continue. A current lease of the caller's that has ended
-/// (completed, released, run out) or that its own pending handoff fences is no
-/// lease to continue with (the latter's `details.handoff_id` names that handoff).
+/// is the caller's own") is true while the task's active lease is the caller's.
+/// `details.lease_id` names it only when the caller may go on with it for this kind
+/// of write ([`LockedTask::workable_by`]): the one case whose reaction is to
+/// continue (`ApiError::recover`). A lease the caller's own pending handoff fences
+/// (for all but a release or a new offer) is yours but no lease to continue with:
+/// `details.handoff_id` names that handoff. An ended lease is no current one.
 /// `mismatch` is `(sent, named)` when the lease a path names has another version
 /// than the one the body sent: then the message says so (the version sent may well
 /// be the task's current one).
-pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
-    let yours = task.caller.and_then(|caller| task.workable_by(caller));
-    let fenced = task
+pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>, guard: Guard) -> ApiError {
+    let own = task
+        .active_lease()
+        .filter(|l| Some(l.contributor_id) == task.caller);
+    let workable = task
         .caller
-        .and_then(|caller| task.pending_from(caller))
-        .filter(|_| task.active_lease().map(|l| l.contributor_id) == task.caller);
-    let message = match (mismatch, yours.is_some()) {
-        (Some((sent, named)), true) => format!(
+        .and_then(|caller| task.workable_by(caller, guard));
+    let fenced = match (own, workable) {
+        (Some(l), None) => task.pending_from(l.contributor_id),
+        _ => None,
+    };
+    let names = mismatch.map(|(sent, named)| {
+        format!(
             "The lease in the path has lease_version {named}, not {sent}: they name two \
-             different leases. The task's current lease is yours: continue with the lease \
-             in details (lease_id, current_lease_version)."
-        ),
-        (Some((sent, named)), false) => format!(
-            "The lease in the path has lease_version {named}, not {sent}: they name two \
-             different leases. Stop writing and report; do not retry with a version you did \
-             not acquire."
-        ),
-        (None, true) => "Your lease_version is not the task's current one, but the current \
-             lease is yours: you acquired or accepted the task again since. Continue with the \
-             lease in details (lease_id, current_lease_version); stop using the old version."
-            .to_owned(),
-        (None, false) if fenced.is_some() => "Your lease_version is not the task's current \
-             one, and the current lease, yours, is fenced by your pending handoff \
-             (details.handoff_id). Stop writing and report; withdraw the handoff first only if \
-             you mean to take the task back."
-            .to_owned(),
-        (None, false) => "Your lease_version is not the task's current one: the task was \
-             leased again, or its lease ended, since. Stop writing and report; do not retry \
-             with a version you did not acquire."
-            .to_owned(),
+             different leases."
+        )
+    });
+    let reaction = if workable.is_some() {
+        match names {
+            Some(_) => {
+                "The task's current lease is yours: continue with the lease in details \
+                 (lease_id, current_lease_version)."
+            }
+            None => {
+                "Your lease_version is not the task's current one, but the current lease \
+                 is yours: you acquired or accepted the task again since. Continue with the \
+                 lease in details (lease_id, current_lease_version); stop using the old \
+                 version."
+            }
+        }
+    } else if fenced.is_some() {
+        match names {
+            Some(_) => {
+                "The task's current lease is yours, and your pending handoff \
+                 (details.handoff_id) fences it. Stop writing and report; withdraw the handoff \
+                 first only if you mean to take the task back."
+            }
+            None => {
+                "Your lease_version is not the task's current one, and the current lease, \
+                 yours, is fenced by your pending handoff (details.handoff_id). Stop writing and \
+                 report; withdraw the handoff first only if you mean to take the task back."
+            }
+        }
+    } else {
+        match names {
+            Some(_) => {
+                "Stop writing and report; do not retry with a version you did not \
+                 acquire."
+            }
+            None => {
+                "Your lease_version is not the task's current one: the task was leased \
+                 again, or its lease ended, since. Stop writing and report; do not retry with a \
+                 version you did not acquire."
+            }
+        }
+    };
+    let message = match names {
+        Some(names) => format!("{names} {reaction}"),
+        None => reaction.to_owned(),
     };
     let mut details = json!({
         "current_lease_version": task.lease_version,
-        "yours": yours.is_some(),
+        "yours": own.is_some(),
     });
-    if let Some(lease) = yours {
+    if let Some(lease) = workable {
         details["lease_id"] = json!(lease.id);
     }
     if let Some(h) = fenced {
@@ -477,7 +509,7 @@ fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
         caller,
         version,
         path_version,
-        ..
+        guard,
     } = ask
     else {
         return Err(not_asked(task));
@@ -499,7 +531,7 @@ fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
             let mismatch = path_version
                 .filter(|named| *named != version && version == task.lease_version)
                 .map(|named| (version, named));
-            Err(stale(task, mismatch).into())
+            Err(stale(task, mismatch, guard).into())
         }
         (Some("lease_not_held"), _) => Err(ApiError::conflict(
             "lease_not_held",

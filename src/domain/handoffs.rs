@@ -209,7 +209,7 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
     let mut details = json!({ "current_status": h.status });
     let accepted = h.accepted_by == Some(caller)
         && h.accepted_lease_id.is_some()
-        && task.workable_by(caller).map(|l| l.id) == h.accepted_lease_id;
+        && task.workable_by(caller, Guard::Work).map(|l| l.id) == h.accepted_lease_id;
     if h.status == HandoffStatus::Accepted.as_str() {
         details["accepted_by"] = json!(h.accepted_by);
         if accepted {
@@ -235,7 +235,7 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
 /// giver still holding it (the handoff was declined, withdrawn or ran out), or the
 /// recipient that acquired the task itself once the handoff was over.
 fn holds(task: &LockedTask, caller: i64, details: &mut Value) -> bool {
-    let Some(lease) = task.workable_by(caller) else {
+    let Some(lease) = task.workable_by(caller, Guard::Work) else {
         return false;
     };
     details["lease_id"] = json!(lease.id);
@@ -256,7 +256,7 @@ fn handoff_member(conn: &mut diesel::PgConnection, id: i64, caller: i64) -> TxRe
 
 /// Under the task and handoff locks: the handoff must still be PENDING and unexpired
 /// (`live`, as `store::lock` read it at the task lock's instant). `caller` is who
-/// asks: the one who accepted, or the giver, learns the lease it still holds.
+/// asks: one that holds the task's lease learns it ([`holds`], [`not_pending`]).
 fn still_pending(h: &HandoffLock, live: bool, task: &LockedTask, caller: i64) -> TxResult<()> {
     let (pending, expired) = (
         HandoffStatus::Pending.as_str(),

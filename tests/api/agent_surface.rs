@@ -81,7 +81,7 @@ async fn a_lease_fenced_by_its_holders_own_handoff_is_not_offered_to_continue() 
         let t = task(&app, a, c.orbit, "t").await;
         let (l1, v1) = lease(&app, a, t, 600).await;
         release(&app, a, l1, v1).await.assert_envelope_ok(200);
-        let (_, v2) = lease(&app, a, t, 600).await;
+        let (l2, v2) = lease(&app, a, t, 600).await;
         let offer = |who: &crate::harness::Agent, v: i64, to: i64| {
             let (path, who) = (format!("/api/v1/tasks/{t}/handoffs"), who.clone());
             let app = &app;
@@ -103,7 +103,10 @@ async fn a_lease_fenced_by_its_holders_own_handoff_is_not_offered_to_continue() 
             crate::work::fence(&app, a, t, v1).await,
         ] {
             r.assert_error(409, "stale_lease_version");
-            assert_eq!(r.json["details"]["yours"], false, "{}", r.text);
+            // The current lease is the caller's own (contract section 17), but it
+            // names no lease to go on with: a checkpoint or the fence check with it
+            // would be `handed_off`.
+            assert_eq!(r.json["details"]["yours"], true, "{}", r.text);
             assert!(r.json["details"].get("lease_id").is_none(), "{}", r.text);
             assert_eq!(r.json["details"]["handoff_id"], h, "{}", r.text);
             assert!(
@@ -113,6 +116,20 @@ async fn a_lease_fenced_by_its_holders_own_handoff_is_not_offered_to_continue() 
             );
         }
         assert_eq!(crate::work::orbit_revision(&app, c.orbit).await, before);
+        // A release is not fenced by a pending handoff: with a stale version, or
+        // the path naming the old lease, it names the lease to go on with (a
+        // review: it said to stop).
+        for r in [
+            release(&app, a, l2, v1).await,
+            release(&app, a, l1, v2).await,
+        ] {
+            r.assert_error(409, "stale_lease_version");
+            assert_eq!(r.json["details"]["yours"], true, "{}", r.text);
+            assert_eq!(r.json["details"]["lease_id"], l2, "{}", r.text);
+            assert!(r.json["details"].get("handoff_id").is_none(), "{}", r.text);
+            let message = r.json["message"].as_str().unwrap().to_lowercase();
+            assert!(message.contains("continue with the lease"), "{}", r.text);
+        }
         // Without the handoff, the same stale version says continue.
         app.post_keyed(
             &format!("/api/v1/handoffs/{h}/withdraw"),

@@ -277,7 +277,7 @@ is PENDING you are fenced: stop working on the task. expires_in_seconds 60..8640
 and you get a new lease (a new lease_version) on the task. Then read the handoff's checkpoint \
 (list_checkpoints) and continue the lease loop with your new lease. duration_seconds 60..3600 \
 (default 900). Refusals handoff_not_pending, handoff_expired, lease_conflict: \
-choose_other_task.",
+choose_other_task, unless the refusal names a lease of yours (recover: continue).",
         input: Input::Write {
             path: &["handoff_id"],
             component: Some("AcceptHandoff"),
