@@ -51,22 +51,29 @@ fn is_json_content_type(req: &HttpRequest) -> Option<bool> {
     Some(essence == "application/json" || essence.ends_with("+json"))
 }
 
-/// Reads the whole body, enforcing the size limit. A body in a content coding
-/// (`Content-Encoding` other than `identity`) is refused unread: no coding is
-/// decoded, and its bytes are not what they would be taken for.
+/// Reads the whole body, enforcing the size limit. A non-empty body in a content
+/// coding (`Content-Encoding` other than `identity`) is refused once read (so the
+/// size limit and the timeout come first): no coding is decoded, and its bytes are
+/// not what they would be taken for.
 pub async fn read_body(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Vec<u8>> {
+    let body = read_bytes(req, payload).await?;
     let codings = req.headers().get_all(header::CONTENT_ENCODING);
-    if codings
+    let coded = codings
         .flat_map(|v| v.to_str().unwrap_or("?").split(','))
         .map(str::trim)
-        .any(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
-    {
+        .any(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
+    if coded && !body.is_empty() {
         return Err(ApiError::invalid(
             "unsupported_content_encoding",
             "The body is sent in a content coding (Content-Encoding, a compression) this \
              service does not decode. Send it uncompressed, without Content-Encoding.",
         ));
     }
+    Ok(body)
+}
+
+/// The body's bytes as sent, within the size limit and the client timeout.
+async fn read_bytes(req: &HttpRequest, payload: &mut Payload) -> ApiResult<Vec<u8>> {
     if let Some(len) = req
         .headers()
         .get(header::CONTENT_LENGTH)

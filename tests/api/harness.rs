@@ -634,7 +634,7 @@ pub fn backends(conn: &mut PgConnection, name: Option<&str>, expected: usize) ->
         let pids: Vec<i32> = diesel::sql_query(
             "SELECT pid FROM pg_stat_activity \
              WHERE datname = current_database() AND pid <> pg_backend_pid() \
-               AND application_name = coalesce($1, '')",
+               AND backend_type = 'client backend' AND application_name = coalesce($1, '')",
         )
         .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(name)
         .load::<Pid>(conn)

@@ -32,9 +32,10 @@ use diesel::{PgConnection, QueryResult};
 use serde::Serialize;
 use tokio::sync::broadcast::Receiver;
 
-use crate::db::{self, PgPool};
+use crate::db::{self, PgPool, TxError};
 use crate::domain::webhooks::{matches, parse_url, safety, sign, WebhookOrbit};
 use crate::domain::Core;
+use crate::error::{is_connection_failure, ApiError};
 use crate::store::changes::ChangeOut;
 use crate::store::webhooks::{self as store, Attempt, Claimed, Policy};
 
@@ -661,13 +662,22 @@ where
 /// request path's limit (`db::read`, `db::deadline`): a server that stops answering
 /// on that connection (its backend frozen) costs a pass or an attempt the deadline
 /// and the connection, not the engine's loop; work no thread had taken up by then
-/// never runs.
+/// never runs. A statement's own failure comes back in the database's words (the
+/// engine logs it); a lost connection is noted as the request path notes it.
 async fn blocking<T, F>(pool: &PgPool, work: F) -> Result<T, String>
 where
     T: Send + 'static,
     F: FnOnce(&mut PgConnection) -> QueryResult<T> + Send + 'static,
 {
-    db::read(pool, move |conn| Ok(work(conn)?))
-        .await
-        .map_err(|e| format!("{e}: {}", e.body.message))
+    db::read(pool, move |conn| {
+        work(conn).map_err(|e| {
+            if is_connection_failure(&e) {
+                TxError::Db(e)
+            } else {
+                TxError::Api(ApiError::internal().with_message(e.to_string()))
+            }
+        })
+    })
+    .await
+    .map_err(|e| format!("{e}: {}", e.body.message))
 }

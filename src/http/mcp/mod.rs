@@ -71,7 +71,8 @@ object now (e.g. `get_lease`) before relying on it. A refusal is a tool error wh
 `details` and `recover`: do exactly what `recover` names (stop_and_report, \
 choose_other_task, renew_instead, reread_then_retry, retry_same_key_after, \
 new_key_for_new_intent, fix_input, not_permitted, not_found, continue). For not_permitted \
-the message says whether anything lifts it (not_a_member: `join_orbit`, then call again).";
+the message says whether anything lifts it (not_a_member: `join_orbit` if the orbit is OPEN, \
+else a MAINTAINER adds you; then call again).";
 
 /// The bearer of the HTTP request that carried an MCP message, already verified by
 /// `require_token` (and verified again by every tool, inside its unit of work).
