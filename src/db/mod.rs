@@ -108,7 +108,43 @@ pub fn build_pool(url: &str, size: u32, timeout: Duration) -> PgPool {
         .connection_customizer(Box::new(SessionSettings {
             statement_timeout_ms: timeout.as_millis().max(1000) as u64,
         }))
+        .error_handler(Box::new(ConnectFailures::default()))
         .build_unchecked(manager)
+}
+
+/// The pool's own failures to connect (r2d2 keeps trying in the background while
+/// the database is away), logged at most once per [`ConnectFailures::QUIET`] with
+/// how many came between: r2d2's default wrote one ERROR line per attempt, several
+/// a second for as long as an outage lasted (a probe, 2026-12-07).
+#[derive(Debug, Default)]
+struct ConnectFailures(std::sync::Mutex<(Option<std::time::Instant>, u64)>);
+
+impl ConnectFailures {
+    const QUIET: Duration = Duration::from_secs(10);
+
+    /// Whether a failure at `now` is logged, with how many went unlogged before it.
+    fn note(&self, now: std::time::Instant) -> Option<u64> {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match state.0 {
+            Some(last) if now.saturating_duration_since(last) < Self::QUIET => {
+                state.1 += 1;
+                None
+            }
+            _ => {
+                let unlogged = state.1;
+                *state = (Some(now), 0);
+                Some(unlogged)
+            }
+        }
+    }
+}
+
+impl diesel::r2d2::HandleError<diesel::r2d2::Error> for ConnectFailures {
+    fn handle_error(&self, error: diesel::r2d2::Error) {
+        if let Some(unlogged) = self.note(std::time::Instant::now()) {
+            tracing::warn!(%error, unlogged, "cannot connect to the database");
+        }
+    }
 }
 
 /// The service's SQL functions (code, no data), re-applied at every start.
@@ -553,7 +589,23 @@ pub fn applied(conn: &mut PgConnection) -> diesel::QueryResult<Applied> {
 
 #[cfg(test)]
 mod tests {
-    use super::with_keepalives;
+    use super::{with_keepalives, ConnectFailures};
+
+    /// An outage's connect failures make one line per quiet period, which counts
+    /// the ones between.
+    #[test]
+    fn connect_failures_are_logged_once_per_quiet_period() {
+        let failures = ConnectFailures::default();
+        let start = std::time::Instant::now();
+        let at = |ms: u64| start + std::time::Duration::from_millis(ms);
+        assert_eq!(failures.note(at(0)), Some(0));
+        for ms in (100..10_000).step_by(100) {
+            assert_eq!(failures.note(at(ms)), None, "{ms}");
+        }
+        assert_eq!(failures.note(at(10_000)), Some(99));
+        assert_eq!(failures.note(at(10_500)), None);
+        assert_eq!(failures.note(at(60_000)), Some(1));
+    }
 
     #[test]
     fn keepalives_are_added_in_the_url_own_syntax_unless_it_sets_them() {

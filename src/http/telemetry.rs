@@ -26,7 +26,7 @@ pub struct WasHead;
 
 pub fn init(filter: &str, format: LogFormat) {
     // `config::log_filter` refused an unreadable filter at start.
-    let filter = EnvFilter::new(filter);
+    let filter = EnvFilter::new(with_quiet_sdk(filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
@@ -34,6 +34,19 @@ pub fn init(filter: &str, format: LogFormat) {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Pretty => builder.try_init(),
     };
+}
+
+/// `filter`, with the MCP SDK (`rmcp`) held at ERROR unless the filter names it:
+/// it starts and ends a service for every message of the stateless transport,
+/// three INFO lines (about 1 KB) a message, and writes a WARN line with the whole
+/// text of every refused call (a probe, 2026-12-07: 59 % of a day's log, and one
+/// 200 KB line for a made-up tool name). The request span logs every request.
+fn with_quiet_sdk(filter: &str) -> String {
+    if filter.contains("rmcp") || filter.trim() == "off" {
+        filter.to_owned()
+    } else {
+        format!("{filter},rmcp=error")
+    }
 }
 
 pub struct RequestSpan;
@@ -123,5 +136,22 @@ where
             }
             .instrument(span),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_quiet_sdk;
+
+    #[test]
+    fn the_mcp_sdk_is_held_at_error_unless_the_filter_names_it() {
+        assert_eq!(with_quiet_sdk("info"), "info,rmcp=error");
+        assert_eq!(
+            with_quiet_sdk("info,orbit_commons=debug"),
+            "info,orbit_commons=debug,rmcp=error"
+        );
+        assert_eq!(with_quiet_sdk("debug,rmcp=debug"), "debug,rmcp=debug");
+        assert_eq!(with_quiet_sdk("off"), "off");
+        tracing_subscriber::EnvFilter::try_new(with_quiet_sdk("warn")).expect("a filter");
     }
 }

@@ -313,6 +313,19 @@ async fn initialize_and_list_every_tool_with_an_input_schema() {
     )
     .await;
     assert!(r.json["error"]["code"].is_i64(), "{}", r.text);
+    // A made-up name comes back cut short: the SDK logs the text, and one 200 KB
+    // name made a 200 KB log line (a probe, 2026-12-07).
+    let long = format!("nope{}", "Z".repeat(200_000));
+    let r = raw(
+        &app,
+        Some(&format!("Bearer {}", a.token)),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": long, "arguments": {}}}),
+    )
+    .await;
+    let message = r.json["error"]["message"].as_str().expect("a message");
+    assert!(message.starts_with("Unknown tool: \"nopeZZ"), "{message}");
+    assert!(message.len() < 200, "{} bytes", message.len());
     client.cancel().await.ok();
 }
 

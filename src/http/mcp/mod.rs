@@ -532,8 +532,16 @@ impl ServerHandler for OrbitMcp {
         let arguments = request.arguments.unwrap_or_default();
         let called = tools::call(&self.state, bearer, watch, &request.name, arguments);
         let Some(outcome) = called.await else {
+            // The name as sent, cut short: the SDK logs this text, and a name is
+            // bounded only by the body's 256 KiB.
+            let name: String = request.name.chars().take(64).collect();
+            let cut = if name.len() < request.name.len() {
+                "…"
+            } else {
+                ""
+            };
             return Err(McpError::invalid_params(
-                format!("Unknown tool: {}", request.name),
+                format!("Unknown tool: {name:?}{cut} (tools/list names them)"),
                 None,
             ));
         };
