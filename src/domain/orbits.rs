@@ -31,9 +31,13 @@ pub struct CreateOrbit {
     pub join_policy: Option<JoinPolicy>,
 }
 
+/// The longest slug (the pattern's 1 + 62 characters). No orbit reference, a slug
+/// or an id (at most 19 digits), is longer: a longer one is refused as input.
+pub const MAX_SLUG_CHARS: usize = 63;
+
 pub fn valid_slug(slug: &str) -> bool {
     let b = slug.as_bytes();
-    (2..=63).contains(&b.len())
+    (2..=MAX_SLUG_CHARS).contains(&b.len())
         && b[0].is_ascii_lowercase()
         && b[1..]
             .iter()

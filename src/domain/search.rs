@@ -198,7 +198,10 @@ fn read(query: &SearchQuery, e: &mut FieldErrors) -> Checked {
     kinds.sort();
     kinds.dedup();
     if let Some(orbit) = &query.orbit {
-        if orbit.is_empty() || orbit.contains('\0') || orbit.chars().count() > 64 {
+        if orbit.is_empty()
+            || orbit.contains('\0')
+            || orbit.chars().count() > crate::domain::orbits::MAX_SLUG_CHARS
+        {
             e.add("orbit", "must be an orbit id or slug");
         }
     }

@@ -793,6 +793,17 @@ async fn a_query_with_nothing_searchable_is_422_empty_query() {
     r.assert_error(422, "validation_failed");
     let r = search(&app, &[("q", "x"), ("sort", "rank")]).await;
     r.assert_error(422, "validation_failed");
+    // An orbit reference longer than any slug (63 characters) names none, as for
+    // a webhook's orbit; one of 63 is looked up.
+    let r = search(&app, &[("q", "x"), ("orbit", &"o".repeat(64))]).await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["orbit"],
+        json!(["must be an orbit id or slug"])
+    );
+    let r = search(&app, &[("q", "x"), ("orbit", &"o".repeat(63))]).await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(r.json["errors"]["orbit"], json!(["no such orbit"]));
     // A bad token is 401 before anything else, as on every public read.
     let r = Resp::from(
         app.client
