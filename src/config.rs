@@ -1,6 +1,8 @@
 //! Typed settings from flags and environment. Every setting has a flag and an
-//! `ORBIT_*` (or `DATABASE_URL`) variable; bad values fail at start with a message
-//! that names what to set.
+//! `ORBIT_*` (or `DATABASE_URL`) variable, and its default once, in its flag
+//! (`Config::defaults` reads them); bad values fail at start with a message that
+//! names what to set. (`ORBIT_PG_USER`, the embedded cluster's system user as root,
+//! is a variable only, read by `db::embedded`.)
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -247,42 +249,17 @@ impl Config {
         self.quick_queues.map_or_else(cores, |n| n as usize)
     }
 
-    /// The defaults, as if no flag and no variable were set (for tests and tools).
+    /// The defaults, as if no flag and no variable were set (for tests and tools):
+    /// read from the flags' own `default_value`s, so they have one owner, with the
+    /// environment not consulted.
     pub fn defaults() -> Config {
-        Config {
-            database_url: None,
-            bind: "127.0.0.1:0".parse().expect("literal address"),
-            data_dir: PathBuf::from("./.orbit"),
-            db_pool_size: 16,
-            db_timeout_ms: 5000,
-            write_lanes: 1,
-            read_lanes: 1,
-            quick_writes: true,
-            quick_queues: None,
-            workers: None,
-            log: "info".into(),
-            log_format: LogFormat::Pretty,
-            rate_limit_per_minute: 600,
-            anon_rate_limit_per_minute: 300,
-            register_rate_limit_per_hour: 30,
-            trusted_proxies: Vec::new(),
-            idempotency_retention_hours: 24,
-            client_timeout_seconds: 10,
-            list_cache_bytes: LIST_CACHE_DEFAULT_BYTES,
-            long_polls_per_client: 8,
-            max_streams_per_client: 16,
-            stream_max_seconds: 900,
-            stream_keepalive_seconds: 15,
-            stream_buffer: 64,
-            stream_batch_ms: 50,
-            metrics_bind: None,
-            metrics_token: None,
-            webhook_allow_private: false,
-            webhook_retry_base_ms: 5000,
-            webhook_max_attempts: 12,
-            webhook_timeout_ms: 10_000,
-            test_short_durations: false,
-        }
+        let command = Config::augment_args(clap::Command::new("defaults"))
+            .mut_args(|arg| arg.env(None::<&'static str>));
+        let matches = command
+            .try_get_matches_from(["defaults"])
+            .expect("every setting has a default");
+        <Config as clap::FromArgMatches>::from_arg_matches(&matches)
+            .expect("the defaults parse")
     }
 }
 
