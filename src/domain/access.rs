@@ -67,20 +67,53 @@ pub fn member_or_forbidden(role: Option<Role>) -> TxResult<Role> {
     })
 }
 
-/// The caller must hold at least `min` in the orbit, else 403.
+/// The caller must hold at least `min` in the orbit, else 403 (worded by
+/// [`at_least`], naming `action`).
 pub fn require_role(
     conn: &mut PgConnection,
     orbit_id: i64,
     contributor_id: i64,
     min: Role,
+    action: &str,
 ) -> TxResult<Role> {
-    let role = require_member(conn, orbit_id, contributor_id)?;
+    at_least(require_member(conn, orbit_id, contributor_id)?, min, action)
+}
+
+/// A member's role already looked up, when it is at least `min`; else 403
+/// `insufficient_role`, saying what `action` ("Cancelling a task") needs.
+pub fn at_least(role: Role, min: Role, action: &str) -> TxResult<Role> {
     if role < min {
-        return Err(ApiError::forbidden(
-            "insufficient_role",
-            format!("This action needs the {} role or higher.", min.as_str()),
-        )
-        .into());
+        return Err(insufficient(min, action).into());
     }
     Ok(role)
+}
+
+fn insufficient(min: Role, action: &str) -> ApiError {
+    ApiError::forbidden(
+        "insufficient_role",
+        format!("{action} needs the {} role or higher.", min.as_str()),
+    )
+}
+
+/// Whether a member whose role is `caller` may grant, change or remove a role
+/// `target` (another member's, current or new): an OWNER any, a MAINTAINER any
+/// but OWNER, a CONTRIBUTOR none.
+pub fn may_manage(caller: Role, target: Role) -> bool {
+    match caller {
+        Role::Owner => true,
+        Role::Maintainer => target != Role::Owner,
+        Role::Contributor => false,
+    }
+}
+
+/// The 403 of a caller that may not manage a role ([`may_manage`]): a MAINTAINER
+/// touched the OWNER role, or a CONTRIBUTOR tried at all.
+pub fn may_not_manage(caller: Role) -> ApiError {
+    if caller < Role::Maintainer {
+        return insufficient(Role::Maintainer, "Managing members");
+    }
+    ApiError::forbidden(
+        "insufficient_role",
+        "Only an OWNER may grant, change or remove the OWNER role.",
+    )
 }

@@ -35,30 +35,6 @@ impl Validate for PutMember {
     fn validate(&self, _: &mut FieldErrors) {}
 }
 
-/// The caller may act on a member whose role is `target` (current or new) only if
-/// it is an OWNER, or a MAINTAINER and the role is not OWNER.
-fn may_manage(caller: Role, target: Role) -> bool {
-    match caller {
-        Role::Owner => true,
-        Role::Maintainer => target != Role::Owner,
-        Role::Contributor => false,
-    }
-}
-
-fn forbidden_for(caller: Role) -> ApiError {
-    if caller == Role::Maintainer {
-        ApiError::forbidden(
-            "insufficient_role",
-            "Only an OWNER may grant, change or remove the OWNER role.",
-        )
-    } else {
-        ApiError::forbidden(
-            "insufficient_role",
-            "Managing members needs the MAINTAINER role or higher.",
-        )
-    }
-}
-
 fn last_owner() -> ApiError {
     ApiError::conflict(
         "last_owner",
@@ -86,10 +62,7 @@ fn check_last_owner(
 /// OWNER), else 403, on the membership as `conn` reads it now.
 fn manager(conn: &mut diesel::PgConnection, orbit_id: i64, caller: i64) -> TxResult<Role> {
     let role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
-    if role == Role::Contributor {
-        return Err(forbidden_for(role).into());
-    }
-    Ok(role)
+    access::at_least(role, Role::Maintainer, "Managing members")
 }
 
 /// Whether `caller` may remove `target`'s membership (404 when there is none,
@@ -107,8 +80,8 @@ fn removable(
     };
     let caller_role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
     let current = Role::parse(&member.role).ok_or(ApiError::internal())?;
-    if target != caller && !may_manage(caller_role, current) {
-        return Err(forbidden_for(caller_role).into());
+    if target != caller && !access::may_manage(caller_role, current) {
+        return Err(access::may_not_manage(caller_role).into());
     }
     Ok((current, member))
 }
@@ -136,8 +109,8 @@ pub fn put(
     let caller_role = manager(conn, orbit.id, caller.id())?;
     let new_role = body?.role;
     let current = store::role_of(conn, orbit.id, target.id)?;
-    if !may_manage(caller_role, new_role) || current.is_some_and(|c| !may_manage(caller_role, c)) {
-        return Err(forbidden_for(caller_role).into());
+    if !access::may_manage(caller_role, new_role) || current.is_some_and(|c| !access::may_manage(caller_role, c)) {
+        return Err(access::may_not_manage(caller_role).into());
     }
     claim!(gate, conn, &[orbit.id, target.id]);
     check_last_owner(conn, orbit.id, current, Some(new_role))?;

@@ -124,7 +124,13 @@ pub fn set_status(
 ) -> TxResult<Reply> {
     let orbit_id =
         store::problem_orbit(conn, problem_id)?.ok_or_else(|| ApiError::not_found("Problem"))?;
-    access::require_role(conn, orbit_id, caller.id(), Role::Maintainer)?;
+    access::require_role(
+        conn,
+        orbit_id,
+        caller.id(),
+        Role::Maintainer,
+        "Setting a problem's status",
+    )?;
     let value = body?;
     claim!(gate, conn, &[problem_id]);
     let old = store::set_status(conn, problem_id, value.status)?;

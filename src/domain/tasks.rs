@@ -407,13 +407,7 @@ pub fn cancel(
     body: ApiResult<&CancelTask>,
 ) -> TxResult<Reply> {
     let (orbit_id, role) = task_member(conn, task_id, caller.id())?;
-    if role < Role::Maintainer {
-        return Err(ApiError::forbidden(
-            "insufficient_role",
-            "Cancelling a task needs the MAINTAINER role or higher.",
-        )
-        .into());
-    }
+    access::at_least(role, Role::Maintainer, "Cancelling a task")?;
     let value = body?;
     claim!(gate, conn, &[task_id]);
     let task = fence::lock(conn, task_id, LockMode::Update)?;
