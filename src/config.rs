@@ -258,8 +258,7 @@ impl Config {
         let matches = command
             .try_get_matches_from(["defaults"])
             .expect("every setting has a default");
-        <Config as clap::FromArgMatches>::from_arg_matches(&matches)
-            .expect("the defaults parse")
+        <Config as clap::FromArgMatches>::from_arg_matches(&matches).expect("the defaults parse")
     }
 }
 

@@ -109,7 +109,9 @@ pub fn put(
     let caller_role = manager(conn, orbit.id, caller.id())?;
     let new_role = body?.role;
     let current = store::role_of(conn, orbit.id, target.id)?;
-    if !access::may_manage(caller_role, new_role) || current.is_some_and(|c| !access::may_manage(caller_role, c)) {
+    if !access::may_manage(caller_role, new_role)
+        || current.is_some_and(|c| !access::may_manage(caller_role, c))
+    {
         return Err(access::may_not_manage(caller_role).into());
     }
     claim!(gate, conn, &[orbit.id, target.id]);
