@@ -598,11 +598,10 @@ pub const GIVEN_TWICE: &str = "is given more than once: give it once";
 /// [`plain_words`] for a query value, which also turns the standard library's parse
 /// errors (`invalid digit found in string`) into what the value must be.
 fn query_words(inner: &str) -> String {
-    if inner.contains("invalid digit")
-        || inner.contains("parse integer")
-        || inner.contains("too large to fit")
-        || inner.contains("too small to fit")
-    {
+    if inner.contains("too large to fit") || inner.contains("too small to fit") {
+        // A whole number its parameter's type cannot hold, as for a body's.
+        "is out of range".to_owned()
+    } else if inner.contains("invalid digit") || inner.contains("parse integer") {
         "must be a whole number".to_owned()
     } else if inner.contains("invalid float literal") {
         "must be a number".to_owned()

@@ -426,6 +426,17 @@ async fn every_bad_query_parameter_is_reported_at_once() {
         "{}",
         r.text
     );
+    // A whole number too big for the parameter is out of range, as in a body.
+    let r = app
+        .get("/api/v1/orbits?limit=99999999999999999999", Some(&a.token))
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"]["limit"],
+        json!(["is out of range"]),
+        "{}",
+        r.text
+    );
     let r = app
         .get(
             "/api/v1/handoffs?box=all&status=SOMETIMES&made_up_zz=1",
