@@ -383,6 +383,10 @@ impl From<diesel::result::Error> for ApiError {
                 tracing::error!(error = %err, "unexpected NotFound from the database");
                 ApiError::internal()
             }
+            Error::DatabaseError(_, info) if is_timeout_message(info.message()) => {
+                tracing::warn!(error = %err, "database statement timed out");
+                ApiError::unavailable()
+            }
             // Every failure a lost or broken connection causes is 503 (the contract:
             // 503 whenever the database is unavailable), never 500.
             _ if is_connection_failure(&err) => {
@@ -411,7 +415,8 @@ impl From<diesel::result::Error> for ApiError {
     }
 }
 
-/// Messages libpq and the server use when the database cannot serve us.
+/// Messages libpq and the server use when the database cannot serve us: a lost
+/// connection or one of our own timeouts ([`is_timeout_message`]).
 pub fn is_unavailable_message(message: &str) -> bool {
     const NEEDLES: &[&str] = &[
         "server closed the connection",
@@ -420,12 +425,18 @@ pub fn is_unavailable_message(message: &str) -> bool {
         "could not connect",
         "no connection to the server",
         "the database system is",
-        "canceling statement due to statement timeout",
-        "canceling statement due to lock timeout",
         "SSL connection has been closed",
         "Connection refused",
     ];
-    NEEDLES.iter().any(|n| message.contains(n))
+    is_timeout_message(message) || NEEDLES.iter().any(|n| message.contains(n))
+}
+
+/// A statement the server cut off at our `statement_timeout` or `lock_timeout`
+/// (`db::SessionSettings`): 503 like a lost connection, but the connection is
+/// fine, so the pool is not suspected and the log says what happened.
+pub fn is_timeout_message(message: &str) -> bool {
+    message.starts_with("canceling statement due to statement timeout")
+        || message.starts_with("canceling statement due to lock timeout")
 }
 
 /// Milliseconds since the Unix epoch of the last lost database connection.
@@ -596,6 +607,34 @@ pub(crate) fn source_files() -> Vec<std::path::PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A statement cut off by our own lock or statement timeout is 503, but not a
+    /// lost connection: the pool is not put under suspicion (which tests every
+    /// checkout for a minute), as it is after a connection the server closed.
+    #[test]
+    fn a_timeout_is_503_without_suspecting_the_pool() {
+        use diesel::result::{DatabaseErrorKind, Error};
+        let error = |message: &str| {
+            Error::DatabaseError(DatabaseErrorKind::Unknown, Box::new(message.to_owned()))
+        };
+        for message in [
+            "canceling statement due to lock timeout",
+            "canceling statement due to statement timeout",
+        ] {
+            assert!(is_unavailable_message(message));
+            assert_eq!(
+                ApiError::from(error(message)).status,
+                StatusCode::SERVICE_UNAVAILABLE
+            );
+            assert!(!recently_lost(), "{message}");
+        }
+        let closed = error("server closed the connection unexpectedly");
+        assert_eq!(
+            ApiError::from(closed).status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert!(recently_lost());
+    }
 
     /// Every code written in `src/` as an error's code is in CODES, with a status
     /// that agrees, and every reaction is one of REACTIONS.
