@@ -1,10 +1,14 @@
-//! JSON in: the body extractor every route uses, the query parser (its extractor
-//! is `params::Query`), and RFC 8785 canonical form.
+//! JSON in: [`Body`], the body extractor of every route that takes a body (and of
+//! the MCP write tools, through [`Body::from_value`]), and the query parser (its
+//! extractor is `params::Query`). The canonical form (RFC 8785) is
+//! `model::canonical`'s, re-exported here.
 //!
-//! `JsonBody<T>` reads at most 256 KiB (413 past that, refused from Content-Length
-//! before reading), accepts an absent or empty body as `{}`, requires
-//! `application/json` for a non-empty body, rejects unknown fields, validates, and
-//! keeps the canonical form of the body as sent for idempotency fingerprints.
+//! `Body<T>` reads at most 256 KiB (413 past that, refused from Content-Length
+//! before reading, and the one refusal it answers at once), accepts an absent or
+//! empty body as `{}`, requires `application/json` for a non-empty body, rejects
+//! unknown fields, validates, and keeps the canonical form of the body as sent for
+//! idempotency fingerprints. Every other refusal is kept for the handler's
+//! `check()`, after its 401, 404 and 403 (the contract's order).
 //!
 //! Numbers follow I-JSON (RFC 7493), which RFC 8785 assumes: a number must come
 //! back as sent, that is, the double nearest to it, written with the shortest
@@ -38,10 +42,11 @@ pub use crate::model::Validate;
 
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-pub struct JsonBody<T> {
-    pub value: T,
+/// A body parsed and judged, before [`Body`] keeps it (or its refusal).
+struct JsonBody<T> {
+    value: T,
     /// RFC 8785 canonical form of the body as sent (`{}` when absent).
-    pub canonical: String,
+    canonical: String,
 }
 
 fn is_json_content_type(req: &HttpRequest) -> Option<bool> {
@@ -129,7 +134,7 @@ pub fn too_deep(e: &serde_json::Error) -> bool {
 }
 
 /// Parses raw body bytes into `T`, with the error envelope for every failure.
-pub fn parse_body<T: DeserializeOwned + Validate>(
+fn parse_body<T: DeserializeOwned + Validate>(
     content_type_ok: Option<bool>,
     bytes: &[u8],
     limits: &Limits,
@@ -847,7 +852,7 @@ fn element_of(path: &str, top: &str) -> Option<usize> {
 /// Turns a parsed JSON value into `T` exactly as a request body would be: it must be
 /// an object, unknown and missing fields and wrong types are 422 `validation_failed`,
 /// then the type's own checks run. Keeps the canonical form for fingerprints.
-pub fn parse_value<T: DeserializeOwned + Validate>(
+fn parse_value<T: DeserializeOwned + Validate>(
     mut value: Value,
     limits: &Limits,
 ) -> ApiResult<JsonBody<T>> {
@@ -995,20 +1000,6 @@ fn between_backticks(message: &str, prefix: &str) -> Option<String> {
     let start = message.find(prefix)? + prefix.len();
     let end = message[start..].find('`')? + start;
     Some(message[start..end].to_owned())
-}
-
-impl<T: DeserializeOwned + Validate + 'static> FromRequest for JsonBody<T> {
-    type Error = ApiError;
-    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
-
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        let mut payload = payload.take();
-        Box::pin(async move {
-            let bytes = read_body(&req, &mut payload).await?;
-            parse_body(is_json_content_type(&req), &bytes, &limits_of(&req))
-        })
-    }
 }
 
 #[cfg(test)]
