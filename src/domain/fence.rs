@@ -1,13 +1,16 @@
 //! The fence: the one lease check every lease-protected write calls.
 //!
 //! `guard` (a write presenting a lease), `lock_to_acquire` (an acquire), `lock_for`
-//! (the read-only fence check, under `FOR SHARE`) and `lock` take the task row's lock and then, in one statement, reads the
-//! database clock with the task's open lease, the presented lease and the PENDING
-//! handoff, and asks the lease decision of the database: `lease_verdict` or
-//! `acquire_verdict` (src/db/functions.sql), the one definition both write paths
-//! execute (the quick writes ask the same functions). A lock wait can never make a
-//! decision in the past. `check` and `admit` only word the refusal the verdict
-//! names, from what the statement read. The rules, in the contract's order
+//! (the read-only fence check, under `FOR SHARE`) and `lock` take the task row's
+//! lock and then, in one statement, read the database clock with the task's open
+//! lease, the presented lease and the PENDING handoff, and ask the lease decision
+//! of the database: `lease_verdict` or `acquire_verdict` (src/db/functions.sql),
+//! the one definition both write paths execute (the quick writes ask the same
+//! functions). A lock wait can never make a decision in the past. `check` and
+//! `admit` only word the refusal the verdict names, from what the statement read;
+//! whether a refused caller may go on with the task's current lease
+//! (`LockedTask::workable_by`, `recover: continue`) is `lease_verdict`'s answer for
+//! that lease, read in the same statement. The rules, in the contract's order
 //! (section 8):
 //! 1. `lease_version_not_issued` — the request names a version never issued;
 //! 2. `stale_lease_version` — the task's current version is not the request's;
@@ -17,7 +20,9 @@
 //!    completion, renewal and the fence check only).
 //!
 //! Lock order everywhere: task row, then handoffs, then leases, then the orbit's
-//! revision (last, in `orbit_apply`, sent with the COMMIT: `revision::closing`).
+//! revision (last: in `orbit_apply`, sent with the COMMIT, for a write alone; in
+//! `db::apply_all`, after every write's work, for a write group; in the apply phase
+//! of a quick statement; `domain::revision`).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -50,6 +55,10 @@ pub struct LockedTask {
     /// code of the refusal, `None` when the write may go on.
     asked: Ask,
     verdict: Option<String>,
+    /// Whether `lease_verdict` lets the open lease's holder go on with it for the
+    /// write the lock was taken for (a plain `lock`: `Guard::Work`): asked by a
+    /// plain lock and after a refusal of a lease write, else `None` (not asked).
+    open_workable: Option<bool>,
 }
 
 impl LockedTask {
@@ -109,15 +118,15 @@ impl LockedTask {
             .filter(|h| h.from_contributor == giver && h.live)
     }
 
-    /// The active lease `caller` may go on with for a write of kind `guard`: its
-    /// own, and not fenced by a pending handoff of its own (which fences all but a
-    /// release or a new offer). A refusal offers it (`details.lease_id`, `recover:
-    /// continue`) only then, since continuing with a fenced lease is one more
-    /// refusal (`handed_off`).
-    pub fn workable_by(&self, caller: i64, guard: Guard) -> Option<&OpenLease> {
-        let fenced = guard != Guard::ReleaseOrOffer && self.pending_from(caller).is_some();
+    /// The active lease `caller` may go on with for the write this lock was taken
+    /// for: its own, and one `lease_verdict` (the one owner of the lease decision)
+    /// passes for it, so not fenced by a pending handoff of its own (which fences
+    /// all but a release or a new offer). A refusal offers it (`details.lease_id`,
+    /// `recover: continue`) only then, since continuing with a lease the verdict
+    /// refuses is one more refusal (`handed_off`). Not asked by the lock: none.
+    pub fn workable_by(&self, caller: i64) -> Option<&OpenLease> {
         self.active_lease()
-            .filter(|l| l.contributor_id == caller && !fenced)
+            .filter(|l| l.contributor_id == caller && self.open_workable == Some(true))
     }
 }
 
@@ -163,6 +172,8 @@ struct AfterLock {
     h_live: Option<bool>,
     #[diesel(sql_type = Nullable<Text>)]
     verdict: Option<String>,
+    #[diesel(sql_type = Nullable<diesel::sql_types::Bool>)]
+    o_workable: Option<bool>,
 }
 
 /// Which lease decision a lock statement asks the database for.
@@ -255,9 +266,10 @@ fn lock_inner(
         } => (Some(caller), Some(version)),
         Ask::Acquire { caller } => (Some(caller), None),
     };
-    // `$4`: 0 asks nothing, 1 `lease_verdict`, 2 `acquire_verdict`.
+    // `$4`: 0 asks nothing, 1 `lease_verdict`, 2 `acquire_verdict`. `$7`, the
+    // write's kind, also for the open lease's own verdict (`o_workable`).
     let (which, path_version, write) = match ask {
-        Ask::Nothing => (0i16, None, ""),
+        Ask::Nothing => (0i16, None, Guard::Work.as_sql()),
         Ask::Lease {
             path_version,
             guard,
@@ -285,9 +297,16 @@ fn lock_inner(
     // open lease ended, so it is looked up by the unique (task_id, lease_version)
     // index. Were that ever violated, the database still refuses a second open
     // lease (`leases_one_open_per_task`) and overlapping ones (the exclusion
-    // constraint).
+    // constraint). Whether the open lease's holder may go on with it
+    // (`LockedTask::workable_by`) is asked of `lease_verdict` too, for a plain lock
+    // and after a lease write's refusal only (`OFFSET 0` keeps the inner query
+    // one, so its verdict is computed once).
     let after: AfterLock = crate::db::sql(
-        "WITH clock AS (SELECT clock_timestamp() AS now) \
+        "SELECT s.*, \
+                CASE WHEN s.o_id IS NOT NULL AND ($4 = 0 OR ($4 = 1 AND s.verdict IS NOT NULL)) \
+                     THEN lease_verdict($1, s.o_contributor, s.o_version, NULL, $7, s.now) IS NULL \
+                END AS o_workable \
+         FROM (WITH clock AS (SELECT clock_timestamp() AS now) \
          SELECT clock.now, \
                 o.id AS o_id, o.contributor_id AS o_contributor, \
                 o.lease_version AS o_version, o.expires_at AS o_expires, \
@@ -302,7 +321,8 @@ fn lock_inner(
          LEFT JOIN leases o ON o.task_id = $1 AND o.lease_version = $3 \
                            AND o.end_reason IS NULL \
          LEFT JOIN leases v ON v.task_id = $1 AND v.lease_version = $2 \
-         LEFT JOIN handoffs h ON h.task_id = $1 AND h.status = 'PENDING'",
+         LEFT JOIN handoffs h ON h.task_id = $1 AND h.status = 'PENDING' \
+         OFFSET 0) s",
     )
     .bind::<BigInt, _>(task_id)
     .bind::<Nullable<BigInt>, _>(lease_version)
@@ -359,6 +379,7 @@ fn lock_inner(
         presented,
         asked: ask,
         verdict: after.verdict,
+        open_workable: after.o_workable,
     })
 }
 
@@ -403,13 +424,11 @@ pub struct Held {
 /// `mismatch` is `(sent, named)` when the lease a path names has another version
 /// than the one the body sent: then the message says so (the version sent may well
 /// be the task's current one).
-pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>, guard: Guard) -> ApiError {
+pub fn stale(task: &LockedTask, mismatch: Option<(i64, i64)>) -> ApiError {
     let own = task
         .active_lease()
         .filter(|l| Some(l.contributor_id) == task.caller);
-    let workable = task
-        .caller
-        .and_then(|caller| task.workable_by(caller, guard));
+    let workable = task.caller.and_then(|caller| task.workable_by(caller));
     let fenced = match (own, workable) {
         (Some(l), None) => task.pending_from(l.contributor_id),
         _ => None,
@@ -509,7 +528,7 @@ fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
         caller,
         version,
         path_version,
-        guard,
+        ..
     } = ask
     else {
         return Err(not_asked(task));
@@ -531,7 +550,7 @@ fn verdict(task: &LockedTask, ask: Ask) -> TxResult<Held> {
             let mismatch = path_version
                 .filter(|named| *named != version && version == task.lease_version)
                 .map(|named| (version, named));
-            Err(stale(task, mismatch, guard).into())
+            Err(stale(task, mismatch).into())
         }
         (Some("lease_not_held"), _) => Err(ApiError::conflict(
             "lease_not_held",

@@ -209,7 +209,7 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
     let mut details = json!({ "current_status": h.status });
     let accepted = h.accepted_by == Some(caller)
         && h.accepted_lease_id.is_some()
-        && task.workable_by(caller, Guard::Work).map(|l| l.id) == h.accepted_lease_id;
+        && task.workable_by(caller).map(|l| l.id) == h.accepted_lease_id;
     if h.status == HandoffStatus::Accepted.as_str() {
         details["accepted_by"] = json!(h.accepted_by);
         if accepted {
@@ -235,7 +235,7 @@ pub fn not_pending(h: &HandoffLock, task: &LockedTask, caller: i64) -> ApiError 
 /// giver still holding it (the handoff was declined, withdrawn or ran out), or the
 /// recipient that acquired the task itself once the handoff was over.
 fn holds(task: &LockedTask, caller: i64, details: &mut Value) -> bool {
-    let Some(lease) = task.workable_by(caller, Guard::Work) else {
+    let Some(lease) = task.workable_by(caller) else {
         return false;
     };
     details["lease_id"] = json!(lease.id);
