@@ -21,7 +21,9 @@
 -- how a lease reads at an instant, `handoff_is_live` and `handoff_status` how a
 -- handoff does (every query, verdict and ending asks them);
 -- `task_insert` and `contribution_insert` are the one insert of each for both
--- paths, `contribution_revise` the one write of a next revision. The quick_*
+-- paths, `contribution_revise` the one write of a next revision, `lease_issue`,
+-- `lease_end` and `checkpoint_insert` the one issue and ending of a lease and the
+-- one insert of a checkpoint. The quick_*
 -- functions run the successful case of the lease cycle, of task and contribution
 -- creation with nothing to check, and of a revision, in groups (`perf::quick`,
 -- docs/MECHANISMS.md "Quick writes") and decline
@@ -435,6 +437,61 @@ BEGIN
     RETURN v_task;
 END $$;
 
+-- The one issue of a lease (`store::tasks::insert_lease`: an acquire, an accept;
+-- and the quick acquire): the task's `lease_version` set to `p_version`, and the
+-- lease inserted, active from `p_now` for `p_seconds`. The caller holds the task
+-- row's lock and has ended the task's open lease, if any.
+CREATE OR REPLACE FUNCTION lease_issue(
+    p_task bigint, p_orbit bigint, p_contributor bigint, p_version bigint,
+    p_now timestamptz, p_seconds bigint)
+RETURNS leases LANGUAGE plpgsql AS $$
+DECLARE
+    v_lease leases;
+BEGIN
+    UPDATE tasks SET lease_version = p_version, updated_at = p_now WHERE id = p_task;
+    INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at,
+                        expires_at)
+    VALUES (p_task, p_orbit, p_contributor, p_version, p_now,
+            p_now + make_interval(secs => p_seconds))
+    RETURNING * INTO v_lease;
+    RETURN v_lease;
+END $$;
+
+-- The one ending of a lease (`store::tasks::end_lease`, `end_lease_returning`, and
+-- the quick release): an active lease ends at `p_now` with `p_reason`; one already
+-- past its expiry is recorded as EXPIRED (its interval ended at `expires_at`). A
+-- lease that has ended already is left as it is (no row).
+CREATE OR REPLACE FUNCTION lease_end(p_lease bigint, p_now timestamptz, p_reason text)
+RETURNS SETOF leases LANGUAGE sql AS $$
+    UPDATE leases SET
+        released_at = CASE WHEN lease_is_active(end_reason, expires_at, p_now) THEN p_now END,
+        end_reason = coalesce(lease_end_reason(end_reason, expires_at, p_now), p_reason)
+    WHERE id = p_lease AND end_reason IS NULL
+    RETURNING *
+$$;
+
+-- The one insert of a checkpoint (`store::tasks::insert_checkpoint` and the quick
+-- checkpoint): the task's next `checkpoint_sequence`, and the checkpoint with it.
+-- `p_state` is the canonical form of the state, `p_hash` its SHA-256.
+CREATE OR REPLACE FUNCTION checkpoint_insert(
+    p_task bigint, p_orbit bigint, p_lease_version bigint, p_author bigint,
+    p_summary text, p_state text, p_hash text, p_artifacts bigint[], p_now timestamptz)
+RETURNS checkpoints LANGUAGE plpgsql AS $$
+DECLARE
+    v_sequence bigint;
+    v_checkpoint checkpoints;
+BEGIN
+    UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = p_now
+    WHERE id = p_task
+    RETURNING checkpoint_sequence INTO v_sequence;
+    INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, summary,
+                             state, state_hash, artifact_ids, created_at)
+    VALUES (p_task, p_orbit, p_lease_version, v_sequence, p_author, p_summary, p_state,
+            p_hash, p_artifacts, p_now)
+    RETURNING * INTO v_checkpoint;
+    RETURN v_checkpoint;
+END $$;
+
 -- The one insert of a contribution (`store::contributions::insert` and the quick
 -- contribution creation): the contribution at revision 1 and its first immutable
 -- revision, both stamped with one reading of the clock.
@@ -521,13 +578,8 @@ BEGIN
        OR EXISTS (SELECT 1 FROM handoffs WHERE task_id = p_task AND status = 'PENDING') THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
-    UPDATE tasks SET lease_version = v_task.lease_version + 1, updated_at = v_task.now
-    WHERE id = p_task;
-    INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at,
-                        expires_at)
-    VALUES (p_task, v_task.orbit_id, v_caller.id, v_task.lease_version + 1, v_task.now,
-            v_task.now + make_interval(secs => p_seconds))
-    RETURNING * INTO v_lease;
+    v_lease := lease_issue(p_task, v_task.orbit_id, v_caller.id, v_task.lease_version + 1,
+                           v_task.now, p_seconds);
     RETURN quick_outcome(v_task.orbit_id, v_caller.id, v_task.key_id, to_jsonb(v_lease),
                          p_body, p_outcome);
 END $$;
@@ -544,7 +596,6 @@ RETURNS quick_effect LANGUAGE plpgsql AS $$
 DECLARE
     v_caller contributors := quick_caller(p_token);
     v_task record;
-    v_sequence bigint;
     v_checkpoint checkpoints;
 BEGIN
     v_task := quick_task(v_caller.id, p_task, p_scope, p_key, p_fingerprint, p_retention);
@@ -552,14 +603,8 @@ BEGIN
            IS NOT NULL THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
-    UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = v_task.now
-    WHERE id = p_task
-    RETURNING checkpoint_sequence INTO v_sequence;
-    INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, summary,
-                             state, state_hash, artifact_ids, created_at)
-    VALUES (p_task, v_task.orbit_id, p_lease_version, v_sequence, v_caller.id, p_summary,
-            p_state, p_hash, '{}', v_task.now)
-    RETURNING * INTO v_checkpoint;
+    v_checkpoint := checkpoint_insert(p_task, v_task.orbit_id, p_lease_version, v_caller.id,
+                                      p_summary, p_state, p_hash, '{}', v_task.now);
     -- The state is in the body already; the row lends the values the marks stand for.
     v_checkpoint.state := NULL;
     RETURN quick_outcome(v_task.orbit_id, v_caller.id, v_task.key_id,
@@ -589,9 +634,7 @@ BEGIN
                      'release_or_offer', v_task.now) IS NOT NULL THEN
         RAISE EXCEPTION 'quick_declined';
     END IF;
-    UPDATE leases SET released_at = v_task.now, end_reason = 'RELEASED'
-    WHERE id = p_lease
-    RETURNING * INTO v_lease;
+    SELECT * INTO STRICT v_lease FROM lease_end(p_lease, v_task.now, 'RELEASED');
     RETURN quick_outcome(v_task.orbit_id, v_caller.id, v_task.key_id, to_jsonb(v_lease),
                          p_body, p_outcome);
 END $$;

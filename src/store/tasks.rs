@@ -662,7 +662,8 @@ pub fn insert_many(
     })
 }
 
-/// Issues lease `version` on a locked task: bumps the task's `lease_version` and
+/// Issues lease `version` on a locked task by `lease_issue` (src/db/functions.sql,
+/// the issue the quick acquire makes too): bumps the task's `lease_version` and
 /// inserts the lease, in one statement that returns the lease as the API shows it.
 pub fn insert_lease(
     conn: &mut PgConnection,
@@ -674,14 +675,7 @@ pub fn insert_lease(
     duration_seconds: i64,
 ) -> QueryResult<Lease> {
     crate::db::sql(concat!(
-        "WITH bumped AS ( \
-             UPDATE tasks SET lease_version = $4, updated_at = $5 WHERE id = $1 RETURNING id \
-         ), l AS ( \
-             INSERT INTO leases (task_id, orbit_id, contributor_id, lease_version, acquired_at, \
-                                 expires_at) \
-             SELECT b.id, $2, $3, $4, $5, $5 + make_interval(secs => $6) FROM bumped b \
-             RETURNING * \
-         ), ",
+        "WITH l AS (SELECT * FROM lease_issue($1, $2, $3, $4, $5, $6)), ",
         clock!(),
         " SELECT ",
         lease_columns!(),
@@ -697,25 +691,16 @@ pub fn insert_lease(
     .map(Lease::from)
 }
 
-/// Ends lease `$1` at `$2` with reason `$3`, or as EXPIRED when it ran out before.
-macro_rules! end_lease_update {
-    () => {
-        "UPDATE leases SET \
-             released_at = CASE WHEN lease_is_active(end_reason, expires_at, $2) THEN $2 END, \
-             end_reason = coalesce(lease_end_reason(end_reason, expires_at, $2), $3) \
-         WHERE id = $1 AND end_reason IS NULL"
-    };
-}
-
-/// Ends a lease. An active lease ends now with `reason`; one already past its
-/// expiry is recorded as EXPIRED (its interval ended at `expires_at`).
+/// Ends a lease by `lease_end` (src/db/functions.sql, the ending the quick release
+/// makes too). An active lease ends now with `reason`; one already past its expiry
+/// is recorded as EXPIRED (its interval ended at `expires_at`).
 pub fn end_lease(
     conn: &mut PgConnection,
     lease_id: i64,
     now: DateTime<Utc>,
     reason: &str,
 ) -> QueryResult<()> {
-    crate::db::sql(end_lease_update!())
+    crate::db::sql("SELECT 1 FROM lease_end($1, $2, $3)")
         .bind::<BigInt, _>(lease_id)
         .bind::<Timestamptz, _>(now)
         .bind::<Text, _>(reason)
@@ -755,9 +740,7 @@ pub fn end_lease_returning(
     reason: &str,
 ) -> QueryResult<Lease> {
     crate::db::sql(concat!(
-        "WITH l AS (",
-        end_lease_update!(),
-        " RETURNING *), ",
+        "WITH l AS (SELECT * FROM lease_end($1, $2, $3)), ",
         clock!(),
         " SELECT ",
         lease_columns!(),
@@ -793,6 +776,8 @@ pub fn close_task(
     Ok(())
 }
 
+/// Inserts a checkpoint by `checkpoint_insert` (src/db/functions.sql, the insert the
+/// quick checkpoint makes too) and returns it as the API shows it.
 #[allow(clippy::too_many_arguments)]
 pub fn insert_checkpoint(
     conn: &mut PgConnection,
@@ -807,15 +792,8 @@ pub fn insert_checkpoint(
     now: DateTime<Utc>,
 ) -> QueryResult<Checkpoint> {
     crate::db::sql(concat!(
-        "WITH seq AS ( \
-             UPDATE tasks SET checkpoint_sequence = checkpoint_sequence + 1, updated_at = $9 \
-             WHERE id = $1 RETURNING checkpoint_sequence \
-         ), k AS ( \
-             INSERT INTO checkpoints (task_id, orbit_id, lease_version, sequence, author_id, \
-                                      summary, state, state_hash, artifact_ids, created_at) \
-             SELECT $1, $2, $3, seq.checkpoint_sequence, $4, $5, $6, $7, $8, $9 FROM seq \
-             RETURNING * \
-         ) SELECT ",
+        "WITH k AS (SELECT * FROM checkpoint_insert($1, $2, $3, $4, $5, $6, $7, $8, $9)) \
+         SELECT ",
         checkpoint_columns!(),
         " FROM k JOIN contributors a ON a.id = k.author_id"
     ))
