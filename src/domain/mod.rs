@@ -6,10 +6,11 @@
 //! its operations, their request bodies and validation rules. Beside them the
 //! mechanisms: tokens and callers (`auth`), membership and roles (`access`), the
 //! lease check (`fence`), Idempotency-Keys (`idempotency`), the orbit revision
-//! (`revision`), the marks a quick write's response is rendered with (`marks`), the change hub (`feed`), live event streams (`events`), search
-//! (`search`), webhooks and their delivery engine (`webhooks`), grouped reads
-//! (`reads`) and the one write path and public reads (`write`).
-//! It imports store, perf, model, db and error, never `http`.
+//! (`revision`), the marks a quick write's response is rendered with (`marks`), the
+//! change hub (`feed`), live event streams (`events`), search (`search`), webhooks
+//! and their delivery engine (`webhooks`), grouped reads (`reads`), what each page
+//! for people shows (`views`) and the one write path and public reads (`write`).
+//! It imports store, perf, model, db, config, metrics and error, never `http`.
 
 pub mod access;
 pub mod artifacts;

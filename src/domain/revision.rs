@@ -1,15 +1,25 @@
 //! The orbit revision: every write inside an orbit advances it by exactly one.
 //!
-//! A write names its change with `Gate::record` (src/domain/idempotency.rs), which hands
-//! back [`PENDING`] for the response body. The change is applied by `orbit_apply`
-//! (`db::APPLY_PREPARE`) as the transaction's last statement, together with the stored
-//! idempotent response: one statement bumps the orbit's counter, appends the change
-//! row and stores the response with the real revision in place of the placeholder.
-//! It is sent in one message with the COMMIT ([`closing`], `db::transact_closing`).
-//! The `UPDATE` takes the orbit row's lock, so concurrent writers of one orbit are
+//! An ordinary write names its change with `Gate::record` (src/domain/idempotency.rs),
+//! which hands back [`PENDING`] for the response body. The change is applied by
+//! `apply_change` (src/db/functions.sql) in the transaction's last statement, together
+//! with the stored idempotent response: it bumps the orbit's counter, appends the
+//! change row and stores the response with the real revision in place of the
+//! placeholder. A write committed alone sends it as `orbit_apply`
+//! (`db::APPLY_PREPARE`) in one message with the COMMIT ([`closing`],
+//! `db::transact_closing`). A write group (`perf::commits`) applies its writes'
+//! closings in one statement (`db::apply_all`), then commits; when there are several
+//! and all name one orbit, `reserve_revisions` first takes their revisions with one
+//! `UPDATE` of the orbit's row, and each `apply_change` takes the next reserved one
+//! instead of bumping the counter. The quick writes (`perf::quick`) call
+//! `apply_change` inside their one statement (`quick_write`, `quick_batch`; the latter
+//! reserves so for each orbit with several writes). Either `UPDATE` (the bump or the
+//! reservation) takes the orbit row's lock, so concurrent writers of one orbit are
 //! ordered by it and the revisions are dense (a rolled-back transaction gives its
-//! number back); holding it for one statement and the commit, with no round trip to
-//! the service in between, is what bounds a busy orbit's write rate. Long polls are
+//! numbers back; `revisions_spent` refuses a reservation not used up). The lock is
+//! held to the commit: by a write alone or a quick statement with no round trip to
+//! the service in between, by a write group across one (its COMMIT after
+//! `db::apply_all`); that is what bounds a busy orbit's write rate. Long polls are
 //! woken after commit (`ChangeHub::publish`), never from inside the transaction.
 
 use crate::db::Closing;
@@ -94,14 +104,14 @@ pub struct Response<'a> {
 }
 
 /// The closing that applies `change` (fills its revision into the response body
-/// and, for a keyed write, stores it), as text to send in
-/// one message with the transaction's COMMIT (`db::Closing`; a write group sends
-/// all of its closings in one statement, then its COMMIT): the orbit row's lock is then held
+/// and, for a keyed write, stores it), as text (`db::Closing`). Alone, it is sent in
+/// one message with the transaction's COMMIT: the orbit row's lock is then held
 /// from this statement to the commit without a round trip to the service between
 /// them, so a busy orbit's writers wait for the database only, never for a service
-/// thread to be scheduled. Values are literals (the simple-query protocol carries
-/// no parameters): numbers as digits (the status cast to `int2`), text as
-/// standard-conforming string literals (quotes doubled; the connection sets
+/// thread to be scheduled. A write group sends all of its closings in one statement
+/// (`db::apply_all`), then its COMMIT. Values are literals (the simple-query
+/// protocol carries no parameters): numbers as digits (the status cast to `int2`),
+/// text as standard-conforming string literals (quotes doubled; the connection sets
 /// `standard_conforming_strings`), the body as a hex `bytea` literal: typed, so that
 /// they call `apply_change` itself as they fill `orbit_apply`'s parameters.
 pub fn closing(change: &Pending, response: Response<'_>) -> Result<Closing, String> {

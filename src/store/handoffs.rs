@@ -1,5 +1,12 @@
-//! Handoffs: queries used by task/lease writes (the fence reads the PENDING
-//! handoff itself, in `fence::lock`).
+//! Handoffs: the queries of the handoff verbs and of the handoff reads (REST, MCP
+//! and the pages): a handoff by id, a task's handoffs, a caller's mailbox, an
+//! orbit's PENDING ones (the orbit page's, `pending_of_orbit`), the row a verb
+//! decides on (`peek`, `lock`), its insert and its ending, and the superseding of a
+//! task's PENDING handoff (`supersede_pending`, by a write holding the task's lock:
+//! an acquire, an offer, a completion, a cancellation). Elsewhere: the fence reads
+//! the PENDING handoff in its lock statement (`domain::fence`), a member's removal
+//! ends its handoffs (`store::tasks::release_member_work`), and
+//! `store::problems::pending_handoff_ids` lists a problem's.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;

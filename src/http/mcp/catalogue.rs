@@ -1,7 +1,9 @@
 //! The MCP tool registry: each tool's name, the REST operations it performs
-//! (`rest`, OpenAPI `operationId`s), its description and its input schema (built
-//! from the REST operation's OpenAPI schema). The calls are in `tools`; the one
-//! reaction to each refusal is `ApiError::recover` (`src/error.rs`).
+//! (`rest`, OpenAPI `operationId`s), its description and its input schema: a write
+//! tool's body fields are the REST body's OpenAPI component, beside its path
+//! arguments (`arg_schema`) and `idempotency_key` as the operation's key rule says; a
+//! read tool's arguments are all hand-written in `arg_schema`. The calls are in
+//! `tools`; the one reaction to each refusal is `ApiError::recover` (`src/error.rs`).
 //!
 //! The registry is checked against the served routes: a unit test below enumerates
 //! every operation of the generated OpenAPI document and fails for one that no tool

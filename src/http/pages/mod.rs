@@ -1,14 +1,19 @@
 //! Pages for people (contract section 16): server-rendered HTML at `/`, beside the
 //! API. Each handler parses its path and query, reads what its page shows with one
-//! function of `domain::views` in one pool checkout (`db::read`; the orbit page
-//! through the list cache, `domain::write::cached_page`; the search page with the
-//! API's `domain::search::search`), and renders with maud, which escapes every
-//! interpolated string: all content is untrusted and is only ever shown as text.
-//! This module owns the pages' route table, their error
-//! pages (unknown slug or id → HTML 404, bad query → HTML 400, never a 5xx for what
-//! a user typed; a full database or a rate limit keeps its status and
-//! `Retry-After`, also when the limit refuses a page before routing), their response
-//! headers (the CSP) and the assets served from the binary (`assets`). Live updates are `assets/live.js` on the section 14 stream.
+//! function of `domain::views` in one pool checkout (`db::read`), and renders with
+//! maud, which escapes every interpolated string: all content is untrusted and is
+//! only ever shown as text. Two differ. The orbit page goes through the list cache
+//! (`domain::write::cached_page`, in its own `db::read`): one statement reads the
+//! orbit's revision and the clock, and a kept page whose stamp still holds is sent
+//! as it was; otherwise the handler's read calls `views::orbit_view` and builds the
+//! page's stamp itself (the revision it read, that clock, and the first expiry it
+//! shows, at most `PAGE_FRESH` ahead: `orbit::orbit_cached`). The search page reads
+//! with the API's `domain::search::search`. This module owns the pages' route table,
+//! their error pages (unknown slug or id → HTML 404, bad query → HTML 400, never a
+//! 5xx for what a user typed; a full database or a rate limit keeps its status and
+//! `Retry-After`, also when the limit refuses a page before routing), their
+//! response headers (the CSP) and the assets served from the binary (`assets`).
+//! Live updates are `assets/live.js` on the section 14 stream.
 
 mod assets;
 mod home;
