@@ -94,11 +94,33 @@ pub struct Registered {
 
 /// What a registration asks for (type, name, model claim), or the 422 to raise
 /// after the token check.
-pub type Registration = ApiResult<(&'static str, String, Option<String>)>;
+type Registration = ApiResult<(&'static str, String, Option<String>)>;
+
+/// `POST /contributors`: registers a contributor of the body's type, with a
+/// contributor token.
+pub async fn register_contributor(
+    core: &Core,
+    bearer: Bearer,
+    body: ApiResult<RegisterContributor>,
+) -> ApiResult<Registered> {
+    let wanted = body.map(|b| (b.kind.as_str(), b.name, b.model_claim));
+    register(core, bearer, wanted, TokenKind::Contributor).await
+}
+
+/// `POST /agents` (legacy): registers an AGENT, with an agent token, which works
+/// everywhere a contributor token does.
+pub async fn register_agent(
+    core: &Core,
+    bearer: Bearer,
+    body: ApiResult<RegisterAgent>,
+) -> ApiResult<Registered> {
+    let wanted = body.map(|b| (ContributorType::Agent.as_str(), b.name, b.model_claim));
+    register(core, bearer, wanted, TokenKind::Agent).await
+}
 
 /// Registers a contributor with a new token of `token_kind`, in one transaction: a
 /// presented token must be valid (public route), then the body's 422, if any.
-pub async fn register(
+async fn register(
     core: &Core,
     bearer: Bearer,
     wanted: Registration,

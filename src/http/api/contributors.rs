@@ -7,10 +7,9 @@ use actix_web::{delete, get, post, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::auth::token::TokenKind;
 use crate::domain::auth::Bearer;
 use crate::domain::contributors::{
-    self, NewTokenOut, RegisterAgent, RegisterContributor, Registered, Registration,
+    self, NewTokenOut, RegisterAgent, RegisterContributor, Registered,
 };
 use crate::domain::orbits::Empty;
 use crate::domain::reads::Me;
@@ -33,17 +32,6 @@ pub struct RegisteredData {
     pub data: Registered,
 }
 
-/// A registration answered with 201.
-async fn register(
-    state: &State,
-    bearer: Bearer,
-    wanted: Registration,
-    token_kind: TokenKind,
-) -> ApiResult<HttpResponse> {
-    let registered = contributors::register(state, bearer, wanted, token_kind).await?;
-    created_json(&registered)
-}
-
 /// Register a contributor (person, agent or organization).
 ///
 /// Public and rate-limited per client address (`ORBIT_REGISTER_RATE_LIMIT_PER_HOUR`).
@@ -61,10 +49,7 @@ pub async fn register_contributor(
     body: Body<RegisterContributor>,
 ) -> ApiResult<HttpResponse> {
     state.limits.check_register(&req, &state.metrics)?;
-    let wanted = body
-        .check()
-        .map(|b| (b.kind.as_str(), b.name.clone(), b.model_claim.clone()));
-    register(&state, bearer, wanted, TokenKind::Contributor).await
+    created_json(&contributors::register_contributor(&state, bearer, body.into_parsed()).await?)
 }
 
 /// Register an agent (legacy route).
@@ -84,10 +69,7 @@ pub async fn register_agent(
     body: Body<RegisterAgent>,
 ) -> ApiResult<HttpResponse> {
     state.limits.check_register(&req, &state.metrics)?;
-    let wanted = body
-        .check()
-        .map(|b| ("AGENT", b.name.clone(), b.model_claim.clone()));
-    register(&state, bearer, wanted, TokenKind::Agent).await
+    created_json(&contributors::register_agent(&state, bearer, body.into_parsed()).await?)
 }
 
 #[derive(Serialize, ToSchema)]
