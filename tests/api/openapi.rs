@@ -193,6 +193,78 @@ async fn the_agents_guide_is_served_from_the_binary_as_markdown() {
     }
 }
 
+/// A query parameter's limits are written twice too: in its `#[param(...)]` and in
+/// its `Validate`. This holds every numeric and length limit the document states on
+/// a query parameter to what a request meets: at the bound the parameter is no
+/// problem, one past it is a 422 that names it. Path ids are made up (`1`): a bad
+/// query is refused before the path's object is looked up. (Not here: the event
+/// stream's `after`, judged after its orbit's 404, and whose bound opens a stream;
+/// `tests/api/events.rs` holds it.)
+#[tokio::test]
+async fn every_documented_query_limit_is_the_one_validation_enforces() {
+    let app = TestApp::spawn().await;
+    let a = app.agent("query-limits").await;
+    let doc: Value = serde_json::from_str(&generated()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let Some(op) = item.get("get") else { continue };
+        if path.ends_with("/events") {
+            continue;
+        }
+        let concrete: String = path
+            .split('/')
+            .map(|seg| if seg.starts_with('{') { "1" } else { seg })
+            .collect::<Vec<_>>()
+            .join("/");
+        let params = op["parameters"].as_array().cloned().unwrap_or_default();
+        let query: Vec<&Value> = params.iter().filter(|p| p["in"] == "query").collect();
+        // The other required parameters, with a value that passes.
+        let required = |except: &str| -> String {
+            query
+                .iter()
+                .filter(|p| p["required"] == true && p["name"] != except)
+                .map(|p| format!("&{}=x", p["name"].as_str().unwrap()))
+                .collect()
+        };
+        for p in &query {
+            let name = p["name"].as_str().unwrap();
+            let schema = &p["schema"];
+            let number = |key: &str| schema.get(key).and_then(Value::as_i64);
+            let mut cases: Vec<(String, String)> = Vec::new();
+            if let Some(max) = number("maximum") {
+                cases.push((max.to_string(), (max + 1).to_string()));
+            }
+            if let Some(min) = number("minimum") {
+                cases.push((min.to_string(), (min - 1).to_string()));
+            }
+            if let Some(max) = number("maxLength") {
+                cases.push(("x".repeat(max as usize), "x".repeat(max as usize + 1)));
+            }
+            if number("minLength") == Some(1) && p["required"] != true {
+                cases.push(("x".into(), String::new()));
+            }
+            for (at, past) in cases {
+                let url = |value: &str| format!("{concrete}?{name}={value}{}", required(name));
+                let r = app.get(&url(&at), Some(&a.token)).await;
+                assert!(
+                    !(r.status == 422 && r.json["errors"].get(name).is_some()),
+                    "GET {path}: {name}={at} is within the documented bounds: {}",
+                    r.text
+                );
+                let r = app.get(&url(&past), Some(&a.token)).await;
+                assert_eq!(r.status, 422, "GET {path}: {name}={past:.20}: {}", r.text);
+                assert!(
+                    r.json["errors"][name].is_array(),
+                    "GET {path}: {name}={past:.20} must be named: {}",
+                    r.text
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} limits checked");
+}
+
 /// A request body's string limits are written twice: in its `#[schema(min_length,
 /// max_length)]` (utoipa takes only literals there) and in its `Validate`. This
 /// holds every length limit the document states on a property of a component

@@ -761,7 +761,7 @@ meta.next_after (default 0)."}),
         "status" => (
             "status",
             json!({"type": "string",
-                   "enum": ["PENDING", "ACCEPTED", "DECLINED", "WITHDRAWN", "SUPERSEDED", "EXPIRED"],
+                   "enum": ["PENDING", "ACCEPTED", "SUPERSEDED", "DECLINED", "WITHDRAWN", "EXPIRED"],
                    "description": "Only handoffs with this status."}),
         ),
         "q" => (
@@ -964,6 +964,59 @@ mod tests {
                 "{name}: not a write tool"
             );
         }
+    }
+
+    /// A read tool's arguments are written by hand (`arg_schema`), beside the
+    /// query parameters of the REST operations it performs: every limit and choice
+    /// an argument states (`minimum`, `maximum`, `minLength`, `maxLength`, `enum`)
+    /// is the one the OpenAPI document states for the parameter of that name, in
+    /// each of the tool's operations that takes it; and every such argument is
+    /// compared at least once (a limit changed on one side fails here).
+    #[test]
+    fn every_read_tool_argument_states_its_rest_parameters_limits() {
+        let doc = serde_json::to_value(crate::http::routes::openapi()).expect("openapi");
+        let components = doc["components"]["schemas"]
+            .as_object()
+            .expect("components")
+            .clone();
+        let mut parameters: std::collections::HashMap<String, Vec<Value>> = Default::default();
+        for item in doc["paths"].as_object().expect("paths").values() {
+            for op in item.as_object().expect("path item").values() {
+                let Some(id) = op.get("operationId").and_then(Value::as_str) else {
+                    continue;
+                };
+                let query = op["parameters"].as_array().into_iter().flatten();
+                parameters.insert(
+                    id.to_owned(),
+                    query.filter(|p| p["in"] == "query").cloned().collect(),
+                );
+            }
+        }
+        let mut compared = 0;
+        for d in DEFS {
+            let Input::Read { args, .. } = &d.input else {
+                continue;
+            };
+            for arg in *args {
+                let (name, schema) = arg_schema(arg);
+                for id in d.rest {
+                    let Some(param) = parameters[*id].iter().find(|p| p["name"] == name) else {
+                        continue;
+                    };
+                    let documented = inline(&param["schema"], &components);
+                    for key in ["minimum", "maximum", "minLength", "maxLength", "enum"] {
+                        assert_eq!(
+                            schema.get(key),
+                            documented.get(key),
+                            "{}: argument {name}'s {key} is not that of {id}'s query parameter",
+                            d.name
+                        );
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 40, "only {compared} arguments compared");
     }
 
     /// Every served REST operation has a tool, or a reason in NOT_TOOLS; every tool
