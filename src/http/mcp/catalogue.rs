@@ -891,11 +891,19 @@ const DESTRUCTIVE: &[&str] = &[
     "set_problem_status",
 ];
 
+/// The REST operation the write tool `name` performs (`None`: no such write tool).
+pub fn write_op(name: &str) -> Option<&'static Operation> {
+    DEFS.iter()
+        .find(|d| d.name == name)
+        .and_then(|d| match &d.input {
+            Input::Write { op, .. } => Some(*op),
+            Input::Read { .. } => None,
+        })
+}
+
 /// Whether the tool `name` takes an `idempotency_key` (its REST route's key rule).
 pub fn takes_key(name: &str) -> bool {
-    DEFS.iter().any(|d| {
-        d.name == name && matches!(&d.input, Input::Write { op, .. } if op.rule.reads_key())
-    })
+    write_op(name).is_some_and(|op| op.rule.reads_key())
 }
 
 /// Whether `argument` of `tool` takes any JSON (its schema names no type, as a
