@@ -103,11 +103,49 @@ pub struct OrbitView {
     pub feed: Vec<ChangeOut>,
 }
 
+/// How long a rendered orbit page is kept at most, even with nothing expiring: its
+/// relative times ("3 min ago") were written with the clock of its rendering (the
+/// live script corrects them at load).
+const PAGE_FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
+/// The orbit page (`/o/{slug}`) through the list cache, as the API's lists
+/// (`domain::write::cached_page`): one statement reads the orbit's revision and the
+/// clock, and a page rendered (by `render`) at that revision whose stamp still
+/// holds is sent again as it was. A write to the orbit advances its revision, so it
+/// is never served stale; time alone ends it at the first lease or handoff expiry
+/// it shows, or after `PAGE_FRESH`.
+pub async fn orbit_page(
+    core: &crate::domain::Core,
+    slug: String,
+    render: impl FnOnce(OrbitView) -> crate::error::ApiResult<actix_web::web::Bytes>,
+) -> crate::error::ApiResult<actix_web::web::Bytes> {
+    use crate::perf::listcache::{ListRoute, Probe, Stamp};
+    let read = |conn: &mut PgConnection, probe: &Probe| {
+        let (view, until) = orbit_view(conn, probe.id)?;
+        let stamp = Stamp {
+            m_revision: view.orbit.revision,
+            m_now: probe.now,
+            m_valid_until: Some(until.min(probe.now + PAGE_FRESH)),
+        };
+        Ok((view, stamp))
+    };
+    crate::domain::write::cached_page(
+        core,
+        None,
+        slug,
+        ListRoute::OrbitPage,
+        String::new(),
+        read,
+        render,
+    )
+    .await
+}
+
 /// Everything the orbit page shows, and the moment after which time alone could
 /// change it (a lease or a handoff running out). The orbit row is read first, so
 /// the feed never shows a revision the page's `data-live-after` skips, and so the
 /// page's revision is never newer than what it shows.
-pub fn orbit_view(conn: &mut PgConnection, orbit_id: i64) -> TxResult<(OrbitView, DateTime<Utc>)> {
+fn orbit_view(conn: &mut PgConnection, orbit_id: i64) -> TxResult<(OrbitView, DateTime<Utc>)> {
     let orbit = orbit_store::find_by_id(conn, orbit_id)?.ok_or(ApiError::not_found("Orbit"))?;
     let first = |limit| Cursor { after: 0, limit };
     let mut board = Vec::with_capacity(Column::ALL.len());

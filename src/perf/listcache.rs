@@ -1,9 +1,12 @@
-//! The list cache: public list pages of an orbit, kept in memory and answered again
-//! only while one statement proves them still exact (docs/MECHANISMS.md, "The
-//! list cache").
+//! The list cache: public list pages of an orbit (the API's task and contribution
+//! lists) and its rendered page for people (`/o/{slug}`), kept in memory and
+//! answered again only while one statement proves them still exact
+//! (docs/MECHANISMS.md, "The list cache").
 //!
-//! A page is read in one statement together with its [`Stamp`]: the orbit's
-//! revision, the database clock the page was decided at (`now`), and
+//! A page is read with its [`Stamp`] (an API list in one statement; the orbit page
+//! in several, after the orbit's row, stamped with the probe's clock:
+//! `domain::views::orbit_page`): the orbit's revision, the database clock the page
+//! was decided at (`now`), and
 //! `valid_until`, the first moment after `now` at which anything the page or its
 //! filters could show changes by time alone (an active lease of the orbit running
 //! out). Every write of an orbit advances its revision in the write's own

@@ -3,11 +3,9 @@
 //! function of `domain::views` in one pool checkout (`db::read`), and renders with
 //! maud, which escapes every interpolated string: all content is untrusted and is
 //! only ever shown as text. Two differ. The orbit page goes through the list cache
-//! (`domain::write::cached_page`, in its own `db::read`): one statement reads the
+//! (`views::orbit_page`, on `domain::write::cached_page`): one statement reads the
 //! orbit's revision and the clock, and a kept page whose stamp still holds is sent
-//! as it was; otherwise the handler's read calls `views::orbit_view` and builds the
-//! page's stamp itself (the revision it read, that clock, and the first expiry it
-//! shows, at most `PAGE_FRESH` ahead: `orbit::orbit_cached`). The search page reads
+//! as it was; otherwise the page is read, rendered and kept. The search page reads
 //! with the API's `domain::search::search`. This module owns the pages' route table,
 //! their error pages (unknown slug or id → HTML 404, bad query → HTML 400, never a
 //! 5xx for what a user typed; a full database or a rate limit keeps its status and

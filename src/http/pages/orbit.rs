@@ -13,7 +13,6 @@ use serde::Deserialize;
 use crate::domain::views::{self, Column, OrbitView};
 use crate::http::api::State;
 use crate::model::{Cursor, Page};
-use crate::perf::listcache::{self, ListRoute, Stamp};
 use crate::store::changes::ChangeOut;
 use crate::store::contributions::Contribution;
 use crate::store::handoffs::Handoff;
@@ -34,46 +33,13 @@ fn explain(column: Column) -> &'static str {
     }
 }
 
-/// How long a rendered orbit page is kept at most, even with nothing expiring: its
-/// relative times ("3 min ago") were written with the clock of its rendering (the
-/// live script corrects them at load).
-const PAGE_FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
-
-/// `/o/{slug}`, through the list cache as the API's lists
-/// (`domain::write::cached_page`): one statement reads the orbit's revision and the
-/// clock, and a page rendered at that revision whose stamp still holds is sent
-/// again as it was. A write to the
-/// orbit advances its revision, so it is never served stale; time alone ends it at
-/// the first lease or handoff expiry it shows, or after `PAGE_FRESH`.
+/// `/o/{slug}`, through the list cache (`views::orbit_page`).
 pub async fn orbit(state: State, path: web::Path<String>) -> HttpResponse {
-    match orbit_cached(state, path.into_inner()).await {
-        Ok(body) => super::html_bytes(body),
-        Err(e) => super::error_page(e),
-    }
-}
-
-async fn orbit_cached(state: State, slug: String) -> Result<Bytes, super::PageError> {
-    let read = |conn: &mut diesel::PgConnection, probe: &listcache::Probe| {
-        let (view, until) = views::orbit_view(conn, probe.id)?;
-        let stamp = Stamp {
-            m_revision: view.orbit.revision,
-            m_now: probe.now,
-            m_valid_until: Some(until.min(probe.now + PAGE_FRESH)),
-        };
-        Ok((view, stamp))
-    };
     let render = |view: OrbitView| Ok(Bytes::from(super::html_text(orbit_markup(&view))));
-    let body = crate::domain::write::cached_page(
-        &state,
-        None,
-        slug,
-        ListRoute::OrbitPage,
-        String::new(),
-        read,
-        render,
-    )
-    .await?;
-    Ok(body)
+    match views::orbit_page(&state, path.into_inner(), render).await {
+        Ok(body) => super::html_bytes(body),
+        Err(e) => super::error_page(e.into()),
+    }
 }
 
 fn orbit_markup(v: &OrbitView) -> Markup {
