@@ -272,12 +272,34 @@ where
 /// `conn.transaction()` calls are savepoints) and rolls it back on an error or a
 /// panic; only the closing COMMIT is sent outside it, in the batch (diesel reads the
 /// connection's transaction status after each statement, so it sees the end).
-pub async fn transact_closing<T, F>(pool: &PgPool, mut work: F) -> ApiResult<(T, Option<Applied>)>
+pub async fn transact_closing<T, F>(pool: &PgPool, work: F) -> ApiResult<(T, Option<Applied>)>
 where
     T: Send + 'static,
     F: FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)> + Send + 'static,
 {
-    retrying(pool, move |conn| closing_attempt(conn, &mut work)).await
+    transact_closing_until(pool, std::time::Instant::now() + deadline(pool), work).await
+}
+
+/// [`transact_closing`] answered 503 at `until` (a write's one deadline, which an
+/// earlier attempt of it may have spent in part: `domain::write::run`) instead of
+/// [`deadline`] from now.
+pub async fn transact_closing_until<T, F>(
+    pool: &PgPool,
+    until: std::time::Instant,
+    mut work: F,
+) -> ApiResult<(T, Option<Applied>)>
+where
+    T: Send + 'static,
+    F: FnMut(&mut PgConnection) -> TxResult<(T, Option<Closing>)> + Send + 'static,
+{
+    blocking_until(pool, until, move |conn, until| {
+        retry_on(
+            conn,
+            &mut |c: &mut PgConnection| closing_attempt(c, &mut work),
+            Some(until),
+        )
+    })
+    .await
 }
 
 /// One `web::block` and one pool checkout; `attempt` (a whole transaction) runs
@@ -327,9 +349,21 @@ where
     T: Send + 'static,
     W: FnOnce(&mut PgConnection, std::time::Instant) -> ApiResult<T> + Send + 'static,
 {
+    blocking_until(pool, std::time::Instant::now() + deadline(pool), work).await
+}
+
+/// [`blocking`] with its 503 at `until` instead of [`deadline`] from now (at once,
+/// the work never run, when `until` has passed).
+async fn blocking_until<T, W>(pool: &PgPool, until: std::time::Instant, work: W) -> ApiResult<T>
+where
+    T: Send + 'static,
+    W: FnOnce(&mut PgConnection, std::time::Instant) -> ApiResult<T> + Send + 'static,
+{
     use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
-    let limit = deadline(pool);
-    let until = std::time::Instant::now() + limit;
+    let limit = until.saturating_duration_since(std::time::Instant::now());
+    if limit.is_zero() {
+        return Err(ApiError::unavailable());
+    }
     let state = std::sync::Arc::new(AtomicU8::new(QUEUED));
     let (owned, taken) = (pool.clone(), state.clone());
     let job = move || {

@@ -249,6 +249,10 @@ pub async fn run<F>(
 where
     F: FnMut(&mut PgConnection, &Caller, &mut Gate) -> TxResult<Reply> + Send + 'static,
 {
+    // One deadline for the whole write (`db::deadline`): a quick attempt that
+    // declined leaves the ordinary path what it did not spend, so no write waits
+    // for the database longer than that, whichever paths it took.
+    let until = std::time::Instant::now() + crate::db::deadline(&state.pool);
     let tokens = state.tokens.clone();
     let retention = state.config.idempotency_retention_hours;
     // A verified token's id routes the write to its orbit's group (`perf::commits`).
@@ -279,7 +283,7 @@ where
         let status = rendered.status;
         match state
             .quick
-            .run(call, rendered, verified.token_id, claim)
+            .run(call, rendered, verified.token_id, claim, until)
             .await?
         {
             Some(row) => {
@@ -322,7 +326,10 @@ where
                 let closing = gate.finish(conn, reply.status, &reply.body)?;
                 Ok((Outcome::Done(reply), closing))
             });
-            state.commits.transact(&state.pool, token_id, work).await?
+            state
+                .commits
+                .transact(&state.pool, token_id, until, work)
+                .await?
         }
     };
     Ok(match outcome {

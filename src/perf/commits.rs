@@ -107,16 +107,22 @@ impl<T: Send + 'static> Commits<T> {
     }
 
     /// Runs `work` as `db::transact_closing` would: in the next group of the orbit
-    /// the verified token `token_id` last wrote to, or alone without a hint.
+    /// the verified token `token_id` last wrote to, or alone without a hint; 503 at
+    /// `until`, the write's deadline.
     pub async fn transact(
         &self,
         pool: &PgPool,
         token_id: Option<i64>,
+        until: std::time::Instant,
         mut work: Work<T>,
     ) -> ApiResult<Committed<T>> {
         match token_id.and_then(|t| Some((t, self.hints.orbit_of(t)?))) {
-            Some((token_id, orbit)) => self.lanes.submit(orbit, Queued { token_id, work }).await,
-            None => db::transact_closing(pool, move |conn| work(conn, None)).await,
+            Some((token_id, orbit)) => {
+                self.lanes
+                    .submit_until(orbit, Queued { token_id, work }, until)
+                    .await
+            }
+            None => db::transact_closing_until(pool, until, move |conn| work(conn, None)).await,
         }
     }
 }

@@ -137,6 +137,13 @@ where
     /// deadline (the lane may be stuck on a hung connection), withdrawn from the queue
     /// if its group has not taken it yet; 500 if the lane dropped it (it panicked).
     pub async fn submit(self: &Arc<Self>, route: R, job: J) -> ApiResult<T> {
+        self.submit_until(route, job, Instant::now() + self.shape.deadline)
+            .await
+    }
+
+    /// [`Lanes::submit`] with its 503 at `until` (a write's one deadline, part of
+    /// which an earlier attempt may have spent) instead of the deadline from now.
+    pub async fn submit_until(self: &Arc<Self>, route: R, job: J, until: Instant) -> ApiResult<T> {
         let (done, mut answer) = oneshot::channel();
         let (start, ticket) = {
             let mut state = self.state();
@@ -169,7 +176,7 @@ where
             actix_web::rt::task::spawn_blocking(move || lanes.lane(route, id));
         }
         let what = self.shape.what;
-        match tokio::time::timeout(self.shape.deadline, &mut answer).await {
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(until), &mut answer).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => {
                 tracing::error!("a {what}'s group ended without an answer");
@@ -418,6 +425,64 @@ mod tests {
         }
         assert_eq!(*ran.lock().unwrap(), vec![0], "a withdrawn request ran");
         assert_eq!(lanes.counts(), (1, 1, 0));
+    }
+
+    /// A request may bring its own deadline (`submit_until`: a write's one deadline,
+    /// part of which its quick attempt spent): its 503 comes then, not a whole
+    /// `deadline` later, and, withdrawn still queued, it never runs; one whose
+    /// deadline has passed is answered at once.
+    #[actix_web::test]
+    async fn a_request_answers_at_its_own_deadline() {
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let hang = Mutex::new(hang);
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let seen = ran.clone();
+        let run = move |_: &(), keys: &mut [u32]| {
+            if keys.contains(&0) {
+                let _ = hang.lock().unwrap().recv();
+            }
+            seen.lock().unwrap().extend(keys.iter().copied());
+            keys.iter().map(|k| Ok(k * 10)).collect()
+        };
+        let writes = Shape {
+            skip_abandoned: false,
+            ..shape(1, 60_000)
+        };
+        let lanes = Arc::new(Lanes::new(writes, Box::new(run)));
+        let held = actix_web::rt::spawn({
+            let lanes = lanes.clone();
+            async move { lanes.submit((), 0).await }
+        });
+        while lanes.state().routes.get(&()).is_none_or(|r| r.running == 0) {
+            actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        let start = Instant::now();
+        let queued = lanes
+            .submit_until((), 5, start + Duration::from_millis(200))
+            .await;
+        assert_eq!(
+            queued.unwrap_err().status,
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            start.elapsed()
+        );
+        let spent = lanes.submit_until((), 6, Instant::now()).await;
+        assert_eq!(
+            spent.unwrap_err().status,
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(lanes.counts().2, 0, "a request stayed queued");
+        release.send(()).unwrap();
+        assert_eq!(held.await.expect("the held request's task").unwrap(), 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lanes.state().routes.is_empty() {
+            assert!(Instant::now() < deadline, "the lane kept running");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(*ran.lock().unwrap(), vec![0], "a withdrawn request ran");
     }
 
     /// Requests that queue while a group runs go together in the next group, and

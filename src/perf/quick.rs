@@ -298,6 +298,7 @@ impl QuickQueue {
         rendered: Rendered,
         token_id: i64,
         key: QuickKey,
+        until: std::time::Instant,
     ) -> ApiResult<Option<QuickRow>> {
         let route = self
             .hints
@@ -311,7 +312,7 @@ impl QuickQueue {
             token_id,
             key,
         };
-        self.lanes.submit(route, queued).await
+        self.lanes.submit_until(route, queued, until).await
     }
 }
 
