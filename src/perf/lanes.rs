@@ -378,61 +378,17 @@ mod tests {
         assert_eq!(lanes.counts(), (3, 3, 0));
     }
 
-    /// A write still queued at its deadline is withdrawn: its 503 means it never
-    /// runs, even after the stuck group before it ends (a write a client merely left
-    /// still runs: the shape does not skip abandoned requests).
-    #[actix_web::test]
-    async fn a_request_still_queued_at_its_deadline_never_runs() {
-        let (release, hang) = std::sync::mpsc::channel::<()>();
-        let hang = Mutex::new(hang);
-        let ran = Arc::new(Mutex::new(Vec::new()));
-        let seen = ran.clone();
-        let run = move |_: &(), keys: &mut [u32]| {
-            if keys.contains(&0) {
-                let _ = hang.lock().unwrap().recv();
-            }
-            seen.lock().unwrap().extend(keys.iter().copied());
-            keys.iter().map(|k| Ok(k * 10)).collect()
-        };
-        let writes = Shape {
-            skip_abandoned: false,
-            ..shape(1, 300)
-        };
-        let lanes = Arc::new(Lanes::new(writes, Box::new(run)));
-        let stuck = actix_web::rt::spawn({
-            let lanes = lanes.clone();
-            async move { lanes.submit((), 0).await }
-        });
-        while lanes.state().routes.get(&()).is_none_or(|r| r.running == 0) {
-            actix_web::rt::time::sleep(Duration::from_millis(5)).await;
-        }
-        let queued = lanes.submit((), 5).await;
-        assert_eq!(
-            queued.unwrap_err().status,
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
-        );
-        assert_eq!(lanes.counts().2, 0, "the request stayed queued");
-        let stuck = stuck.await.expect("the stuck request's task");
-        assert_eq!(
-            stuck.unwrap_err().status,
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
-        );
-        release.send(()).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !lanes.state().routes.is_empty() {
-            assert!(Instant::now() < deadline, "the lane kept running");
-            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(*ran.lock().unwrap(), vec![0], "a withdrawn request ran");
-        assert_eq!(lanes.counts(), (1, 1, 0));
+    /// One route of write lanes (one lane, requests kept when their client left)
+    /// whose group holding request 0 hangs until `release` is sent; request 0 has
+    /// been submitted (`held`) and its group runs; `ran`: every request run.
+    struct HeldLane {
+        lanes: Arc<Lanes<(), u32, u32>>,
+        release: std::sync::mpsc::Sender<()>,
+        held: actix_web::rt::task::JoinHandle<ApiResult<u32>>,
+        ran: Arc<Mutex<Vec<u32>>>,
     }
 
-    /// A request may bring its own deadline (`submit_until`: a write's one deadline,
-    /// part of which its quick attempt spent): its 503 comes then, not a whole
-    /// `deadline` later, and, withdrawn still queued, it never runs; one whose
-    /// deadline has passed is answered at once.
-    #[actix_web::test]
-    async fn a_request_answers_at_its_own_deadline() {
+    async fn held_lane(deadline_ms: u64) -> HeldLane {
         let (release, hang) = std::sync::mpsc::channel::<()>();
         let hang = Mutex::new(hang);
         let ran = Arc::new(Mutex::new(Vec::new()));
@@ -446,7 +402,7 @@ mod tests {
         };
         let writes = Shape {
             skip_abandoned: false,
-            ..shape(1, 60_000)
+            ..shape(1, deadline_ms)
         };
         let lanes = Arc::new(Lanes::new(writes, Box::new(run)));
         let held = actix_web::rt::spawn({
@@ -456,33 +412,73 @@ mod tests {
         while lanes.state().routes.get(&()).is_none_or(|r| r.running == 0) {
             actix_web::rt::time::sleep(Duration::from_millis(5)).await;
         }
-        let start = Instant::now();
-        let queued = lanes
-            .submit_until((), 5, start + Duration::from_millis(200))
-            .await;
+        HeldLane {
+            lanes,
+            release,
+            held,
+            ran,
+        }
+    }
+
+    impl HeldLane {
+        /// Lets the held group go, waits (up to 10 s) for the lane to leave, and
+        /// returns every request that ran and request 0's answer.
+        async fn released(self) -> (Vec<u32>, ApiResult<u32>) {
+            self.release.send(()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !self.lanes.state().routes.is_empty() {
+                assert!(Instant::now() < deadline, "the lane kept running");
+                actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+            }
+            let answer = self.held.await.expect("the held request's task");
+            let ran = self.ran.lock().unwrap().clone();
+            (ran, answer)
+        }
+    }
+
+    fn assert_unavailable<T: std::fmt::Debug>(answer: ApiResult<T>) {
         assert_eq!(
-            queued.unwrap_err().status,
+            answer.unwrap_err().status,
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE
         );
+    }
+
+    /// A write still queued at its deadline is withdrawn: its 503 means it never
+    /// runs, even after the stuck group before it ends (a write a client merely left
+    /// still runs: the shape does not skip abandoned requests).
+    #[actix_web::test]
+    async fn a_request_still_queued_at_its_deadline_never_runs() {
+        let held = held_lane(300).await;
+        let lanes = held.lanes.clone();
+        assert_unavailable(lanes.submit((), 5).await);
+        assert_eq!(lanes.counts().2, 0, "the request stayed queued");
+        let (ran, stuck) = held.released().await;
+        assert_unavailable(stuck);
+        assert_eq!(ran, vec![0], "a withdrawn request ran");
+        assert_eq!(lanes.counts(), (1, 1, 0));
+    }
+
+    /// A request may bring its own deadline (`submit_until`: a write's one deadline,
+    /// part of which its quick attempt spent): its 503 comes then, not a whole
+    /// `deadline` later, and, withdrawn still queued, it never runs; one whose
+    /// deadline has passed is answered at once.
+    #[actix_web::test]
+    async fn a_request_answers_at_its_own_deadline() {
+        let held = held_lane(60_000).await;
+        let lanes = held.lanes.clone();
+        let start = Instant::now();
+        let until = start + Duration::from_millis(200);
+        assert_unavailable(lanes.submit_until((), 5, until).await);
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "{:?}",
             start.elapsed()
         );
-        let spent = lanes.submit_until((), 6, Instant::now()).await;
-        assert_eq!(
-            spent.unwrap_err().status,
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_unavailable(lanes.submit_until((), 6, Instant::now()).await);
         assert_eq!(lanes.counts().2, 0, "a request stayed queued");
-        release.send(()).unwrap();
-        assert_eq!(held.await.expect("the held request's task").unwrap(), 0);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !lanes.state().routes.is_empty() {
-            assert!(Instant::now() < deadline, "the lane kept running");
-            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(*ran.lock().unwrap(), vec![0], "a withdrawn request ran");
+        let (ran, first) = held.released().await;
+        assert_eq!(first.unwrap(), 0);
+        assert_eq!(ran, vec![0], "a withdrawn request ran");
     }
 
     /// Requests that queue while a group runs go together in the next group, and
