@@ -632,3 +632,27 @@ async fn browser_main_pages_pass_axe_without_console_errors_or_csp_violations() 
         "the listener saw no violation"
     );
 }
+
+/// The live script rewrites every relative time at load and every 15 s: its words
+/// must be the server's, or a page would change its wording as it loads. Both are
+/// held to tests/fixtures/relative_times.json (the server's side by the unit test
+/// `relative_times_read_as_the_shared_table_says`).
+#[tokio::test]
+async fn browser_relative_times_read_as_the_servers() {
+    let app = TestApp::spawn().await;
+    let b = Browser::start().await;
+    b.open(&app.url("/")).await;
+    let table: Vec<(i64, String)> =
+        serde_json::from_str(include_str!("../fixtures/relative_times.json")).expect("the table");
+    for (offset, words) in table {
+        let got = b
+            .client
+            .execute(
+                "return window.orbitRelativeWords(arguments[0]);",
+                vec![json!(offset * 1000)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(got, json!(words), "{offset} s");
+    }
+}

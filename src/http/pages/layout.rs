@@ -185,3 +185,25 @@ pub fn clip(s: &str, max: usize) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// The server's relative times are the live script's (`assets/live.js`,
+    /// `words`): both are held to one table, this side here, the script's in a
+    /// browser test (tests/api/browser.rs).
+    #[test]
+    fn relative_times_read_as_the_shared_table_says() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/relative_times.json"
+        );
+        let table: Vec<(i64, String)> =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("the table")).expect("json");
+        assert!(table.len() > 10);
+        let now = chrono::Utc::now();
+        for (offset, words) in table {
+            let t = now + chrono::TimeDelta::seconds(offset);
+            assert_eq!(super::relative(t, now), words, "{offset} s");
+        }
+    }
+}

@@ -23,6 +23,10 @@
     return future ? "in " + amount : amount + " ago";
   }
 
+  // The words are also the server's (`layout::relative`, for the page as sent): a
+  // browser test holds both to tests/fixtures/relative_times.json through this.
+  window.orbitRelativeWords = words;
+
   function refreshTimes() {
     var now = Date.now();
     var times = document.querySelectorAll("time[data-rel]");
