@@ -95,6 +95,9 @@ fn insufficient(min: Role, action: &str) -> ApiError {
     )
 }
 
+/// The action a member change is, in a refusal's words.
+pub const MANAGING_MEMBERS: &str = "Managing members";
+
 /// Whether a member whose role is `caller` may grant, change or remove a role
 /// `target` (another member's, current or new): an OWNER any, a MAINTAINER any
 /// but OWNER, a CONTRIBUTOR none.
@@ -110,7 +113,7 @@ pub fn may_manage(caller: Role, target: Role) -> bool {
 /// touched the OWNER role, or a CONTRIBUTOR tried at all.
 pub fn may_not_manage(caller: Role) -> ApiError {
     if caller < Role::Maintainer {
-        return insufficient(Role::Maintainer, "Managing members");
+        return insufficient(Role::Maintainer, MANAGING_MEMBERS);
     }
     ApiError::forbidden(
         "insufficient_role",

@@ -62,7 +62,7 @@ fn check_last_owner(
 /// OWNER), else 403, on the membership as `conn` reads it now.
 fn manager(conn: &mut diesel::PgConnection, orbit_id: i64, caller: i64) -> TxResult<Role> {
     let role = access::member_or_forbidden(store::role_of(conn, orbit_id, caller)?)?;
-    access::at_least(role, Role::Maintainer, "Managing members")
+    access::at_least(role, Role::Maintainer, access::MANAGING_MEMBERS)
 }
 
 /// Whether `caller` may remove `target`'s membership (404 when there is none,

@@ -11,13 +11,15 @@
 //! one of these inside its `db::read` (the orbit page's through
 //! `write::cached_page`), and renders the answer.
 
+use actix_web::web::Bytes;
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
 use serde::Deserialize;
 
 use crate::db::TxResult;
-use crate::domain::reads;
-use crate::error::ApiError;
+use crate::domain::write::cached_page;
+use crate::domain::{reads, Core};
+use crate::error::{ApiError, ApiResult};
 use crate::model::{ContributorActor, Cursor, Page};
 use crate::store::changes::{self as changes_store, ActivityCursor, ChangeOut, ContributorChange};
 use crate::store::contributions::{
@@ -115,10 +117,10 @@ const PAGE_FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 /// is never served stale; time alone ends it at the first lease or handoff expiry
 /// it shows, or after `PAGE_FRESH`.
 pub async fn orbit_page(
-    core: &crate::domain::Core,
+    core: &Core,
     slug: String,
-    render: impl FnOnce(OrbitView) -> crate::error::ApiResult<actix_web::web::Bytes>,
-) -> crate::error::ApiResult<actix_web::web::Bytes> {
+    render: impl FnOnce(OrbitView) -> ApiResult<Bytes>,
+) -> ApiResult<Bytes> {
     use crate::perf::listcache::{ListRoute, Probe, Stamp};
     let read = |conn: &mut PgConnection, probe: &Probe| {
         let (view, until) = orbit_view(conn, probe.id)?;
@@ -129,7 +131,7 @@ pub async fn orbit_page(
         };
         Ok((view, stamp))
     };
-    crate::domain::write::cached_page(
+    cached_page(
         core,
         None,
         slug,
