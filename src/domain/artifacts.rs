@@ -12,7 +12,7 @@ use crate::domain::access;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::revision::Change;
-use crate::domain::write::{claim, public_page, public_read, Reply};
+use crate::domain::write::{claim, public_page, public_read, Reply, Unit};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{Page, PageParams, Validate};
@@ -133,7 +133,7 @@ pub fn is_media_type(s: &str) -> bool {
 
 /// The content decoded and hashed, once, outside the transaction (which may be
 /// retried); `None` for a body that does not check.
-pub fn decoded(body: ApiResult<&CreateArtifact>) -> Option<(Vec<u8>, String)> {
+fn decoded(body: ApiResult<&CreateArtifact>) -> Option<(Vec<u8>, String)> {
     body.ok()
         .and_then(|v| decode(&v.content_base64))
         .map(|content| {
@@ -145,8 +145,17 @@ pub fn decoded(body: ApiResult<&CreateArtifact>) -> Option<(Vec<u8>, String)> {
 pub static CREATE_ARTIFACT: Operation =
     Operation::required("POST", "/api/v1/orbits/{orbit}/artifacts");
 
-/// Storing an artifact, inside `domain::write::run`'s transaction (REST and MCP). `decoded` is [`decoded`]'s answer.
-pub fn create(
+/// Storing an artifact in the orbit named by `reference` (id or slug), as its REST
+/// route and MCP tool run it: the content decoded and hashed once, outside the
+/// (retried) transaction ([`decoded`]), then [`create`].
+pub fn create_unit(reference: String, body: ApiResult<&CreateArtifact>) -> Unit<CreateArtifact> {
+    let decoded = decoded(body);
+    Unit::plain(move |c, who, g, b| create(c, who, g, &reference, b, &decoded))
+}
+
+/// Storing an artifact, inside `domain::write::run`'s transaction. `decoded` is
+/// [`decoded`]'s answer.
+fn create(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,

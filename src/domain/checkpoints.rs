@@ -14,7 +14,7 @@ use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::marks::Marks;
 use crate::domain::revision::{Change, PENDING};
 use crate::domain::tasks::task_member;
-use crate::domain::write::{claim, public_read, Quick, Reply};
+use crate::domain::write::{claim, public_read, Quick, Reply, Unit};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::canonical::canonical_json;
@@ -59,21 +59,36 @@ impl Validate for CreateCheckpoint {
     }
 }
 
-/// The canonical form of a valid body's `state` and its SHA-256 (hex).
-pub fn state_hash(body: ApiResult<&CreateCheckpoint>) -> Option<(String, String)> {
-    body.ok().map(|v| {
-        let c = canonical_json(&v.state);
-        let h = hex::encode(Sha256::digest(c.as_bytes()));
-        (c, h)
-    })
+/// The canonical form of a body's `state` and its SHA-256 (hex).
+fn state_hash(value: &CreateCheckpoint) -> (String, String) {
+    let c = canonical_json(&value.state);
+    let h = hex::encode(Sha256::digest(c.as_bytes()));
+    (c, h)
 }
 
 pub static CREATE_CHECKPOINT: Operation =
     Operation::required("POST", "/api/v1/tasks/{task}/checkpoints");
 
-/// Checkpoint creation, inside `domain::write::run`'s transaction (REST and MCP). `hashed` is
-/// `state_hash(body)`, computed once outside the (retried) transaction.
-pub fn create(
+/// Checkpoint creation on task `task_id`, as its REST route and MCP tool run it:
+/// the state's canonical form and hash computed once, outside the (retried)
+/// transaction ([`state_hash`]), then [`create`], tried first as a quick write when
+/// the body is valid and names no artifacts (the ordinary path checks those;
+/// [`quick_create`]).
+pub fn create_unit(task_id: i64, body: ApiResult<&CreateCheckpoint>) -> Unit<CreateCheckpoint> {
+    let value = body.ok();
+    let hashed = value.map(state_hash);
+    let quick = value
+        .filter(|v| v.artifact_ids.as_ref().is_none_or(Vec::is_empty))
+        .zip(hashed.as_ref())
+        .map(|(value, (state, hash))| quick_create(task_id, value, state, hash));
+    Unit::new(quick, move |c, who, g, b| {
+        create(c, who, g, task_id, b, &hashed)
+    })
+}
+
+/// Checkpoint creation, inside `domain::write::run`'s transaction. `hashed` is
+/// [`state_hash`] of a valid body.
+fn create(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,
@@ -109,27 +124,11 @@ pub fn create(
     Reply::created(&checkpoint, orbit_id)
 }
 
-/// Whether and how a checkpoint of task `task_id` is tried as a quick write: a valid
-/// body without artifacts (the ordinary path checks those), with its state's
-/// canonical form and hash (`hashed`, from [`state_hash`]). The REST route and its
-/// MCP tool both ask this.
-pub fn quick_create_form(
-    task_id: i64,
-    body: ApiResult<&CreateCheckpoint>,
-    hashed: Option<&(String, String)>,
-) -> Option<Quick> {
-    let value = body
-        .ok()
-        .filter(|v| v.artifact_ids.as_ref().is_none_or(Vec::is_empty))?;
-    let (state, hash) = hashed?;
-    Some(quick_create(task_id, value, state, hash))
-}
-
 /// Checkpoint creation without artifacts as a quick write (`perf::quick`):
 /// answered as [`create`] answers it, with marks for what the statement chooses
 /// (the checkpoint's id and sequence, its orbit, the time). `state` is the
 /// canonical form of `value.state`, `hash` its SHA-256 (`state_hash`).
-pub fn quick_create(task_id: i64, value: &CreateCheckpoint, state: &str, hash: &str) -> Quick {
+fn quick_create(task_id: i64, value: &CreateCheckpoint, state: &str, hash: &str) -> Quick {
     let lease_version = value.lease_version;
     let summary = value.summary.clone();
     let (state, hash) = (state.to_owned(), hash.to_owned());

@@ -17,7 +17,7 @@ use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::marks::Marks;
 use crate::domain::revision::{Change, PENDING};
-use crate::domain::write::{claim, public_list, public_page, public_read, Quick, Reply};
+use crate::domain::write::{claim, public_list, public_page, public_read, Quick, Reply, Unit};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{
@@ -100,7 +100,7 @@ pub static CREATE_CONTRIBUTION: Operation =
 
 /// Contribution creation, inside `domain::write::run`'s transaction (REST and MCP),
 /// in the orbit named by `reference` (id or slug), at revision 1.
-pub fn create(
+fn create(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,
@@ -137,11 +137,17 @@ pub fn create(
     Reply::created(&contribution, orbit.id)
 }
 
-/// Whether and how a contribution's creation is tried as a quick write: an orbit
-/// named by its id (`reference`) and a valid body ([`quick_create`]). The REST route
-/// and its MCP tool both ask this.
-pub fn quick_create_form(reference: &str, body: ApiResult<&CreateContribution>) -> Option<Quick> {
-    quick_create(access::orbit_id_of(reference)?, body.ok()?)
+/// Contribution creation in the orbit named by `reference` (id or slug), as its
+/// REST route and MCP tool run it: [`create`], tried first as a quick write when
+/// the orbit is named by its id and the body is valid ([`quick_create`]).
+pub fn create_unit(
+    reference: String,
+    body: ApiResult<&CreateContribution>,
+) -> Unit<CreateContribution> {
+    let quick = access::orbit_id_of(&reference)
+        .zip(body.ok())
+        .and_then(|(orbit_id, value)| quick_create(orbit_id, value));
+    Unit::new(quick, move |c, who, g, b| create(c, who, g, &reference, b))
 }
 
 /// Contribution creation as a quick write (`perf::quick`), for an orbit named by
@@ -149,7 +155,7 @@ pub fn quick_create_form(reference: &str, body: ApiResult<&CreateContribution>) 
 /// checks those): answered as [`create`] answers it, with marks for what the
 /// statement chooses (the contribution's id and times). A new contribution is at
 /// revision 1, by its caller, with no assessments.
-pub fn quick_create(orbit_id: i64, value: &CreateContribution) -> Option<Quick> {
+fn quick_create(orbit_id: i64, value: &CreateContribution) -> Option<Quick> {
     let no_artifacts = value.artifact_ids.as_ref().is_none_or(Vec::is_empty);
     if value.problem_id.is_some() || value.task_id.is_some() || !no_artifacts {
         return None;
@@ -310,7 +316,7 @@ pub static REVISE_CONTRIBUTION: Operation =
     Operation::required("POST", "/api/v1/contributions/{contribution}/revisions");
 
 /// The next revision, inside `domain::write::run`'s transaction (REST and MCP).
-pub fn revise(
+fn revise(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,
@@ -371,10 +377,12 @@ pub fn revise(
     Reply::created(&contribution, head.orbit_id)
 }
 
-/// Whether and how contribution `id`'s next revision is tried as a quick write: a
-/// valid body ([`quick_revise`]). The REST route and its MCP tool both ask this.
-pub fn quick_revise_form(id: i64, body: ApiResult<&ReviseContribution>) -> Option<Quick> {
-    quick_revise(id, body.ok()?)
+/// Contribution `id`'s next revision, as its REST route and MCP tool run it:
+/// [`revise`], tried first as a quick write when the body is valid
+/// ([`quick_revise`]).
+pub fn revise_unit(id: i64, body: ApiResult<&ReviseContribution>) -> Unit<ReviseContribution> {
+    let quick = body.ok().and_then(|value| quick_revise(id, value));
+    Unit::new(quick, move |c, who, g, b| revise(c, who, g, id, b))
 }
 
 /// The next revision as a quick write (`perf::quick`), when the request names no
@@ -384,7 +392,7 @@ pub fn quick_revise_form(id: i64, body: ApiResult<&ReviseContribution>) -> Optio
 /// with a problem (the ordinary path adjusts its counters) or with artifacts, a
 /// caller who is not its author, a base revision that is not current, and a kept
 /// text holding U+0001 (`Marks::text`).
-pub fn quick_revise(id: i64, value: &ReviseContribution) -> Option<Quick> {
+fn quick_revise(id: i64, value: &ReviseContribution) -> Option<Quick> {
     if value.artifact_ids.is_some() {
         return None;
     }

@@ -16,7 +16,7 @@ use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::marks::Marks;
 use crate::domain::revision::{Change, PENDING};
 use crate::domain::tasks::task_member;
-use crate::domain::write::{claim, public_page, public_read, Quick, Reply};
+use crate::domain::write::{claim, public_page, public_read, Quick, Reply, Unit};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{ts, Cursor, Limits, Page, PageParams, Role, Validate};
@@ -95,7 +95,7 @@ impl Validate for AcquireLease {
 pub static ACQUIRE_LEASE: Operation = Operation::required("POST", "/api/v1/tasks/{task}/leases");
 
 /// The acquire, inside `domain::write::run`'s transaction (REST and MCP).
-pub fn acquire(
+fn acquire(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,
@@ -133,18 +133,23 @@ pub fn acquire(
     Reply::created(&out, orbit_id)
 }
 
-/// Whether and how an acquire of task `task_id` is tried as a quick write: a valid
-/// body whose duration is in range (`min`, [`duration`]). The REST route and its MCP
-/// tool both ask this.
-pub fn quick_acquire_form(task_id: i64, min: i64, body: ApiResult<&AcquireLease>) -> Option<Quick> {
-    let seconds = duration(min, body.ok()?.duration_seconds).ok()?;
-    Some(quick_acquire(task_id, seconds))
+/// The acquire of task `task_id`, as its REST route and MCP tool run it:
+/// [`acquire`], tried first as a quick write when the body is valid and its
+/// duration in range (`min`, [`duration`]; [`quick_acquire`]).
+pub fn acquire_unit(task_id: i64, min: i64, body: ApiResult<&AcquireLease>) -> Unit<AcquireLease> {
+    let quick = body
+        .ok()
+        .and_then(|value| duration(min, value.duration_seconds).ok())
+        .map(|seconds| quick_acquire(task_id, seconds));
+    Unit::new(quick, move |c, who, g, b| {
+        acquire(c, who, g, min, task_id, b)
+    })
 }
 
 /// The acquire as a quick write (`perf::quick`): its success answered as
 /// [`acquire`] answers it, with marks for what the statement chooses (the lease's
 /// id, version and times). A new lease is active and has not ended.
-pub fn quick_acquire(task_id: i64, seconds: i64) -> Quick {
+fn quick_acquire(task_id: i64, seconds: i64) -> Quick {
     Quick {
         call: QuickCall::Acquire { task_id, seconds },
         render: Box::new(move |actor| {
@@ -170,15 +175,19 @@ pub fn quick_acquire(task_id: i64, seconds: i64) -> Quick {
     }
 }
 
-/// Whether and how the release of lease `lease_id` is tried as a quick write: a valid
-/// body. The REST route and its MCP tool both ask this.
-pub fn quick_release_form(lease_id: i64, body: ApiResult<&LeaseVersionBody>) -> Option<Quick> {
-    Some(quick_release(lease_id, body.ok()?.lease_version))
+/// The release of lease `lease_id`, as its REST route and MCP tool run it:
+/// [`release`], tried first as a quick write when the body is valid
+/// ([`quick_release`]).
+pub fn release_unit(lease_id: i64, body: ApiResult<&LeaseVersionBody>) -> Unit<LeaseVersionBody> {
+    let quick = body
+        .ok()
+        .map(|value| quick_release(lease_id, value.lease_version));
+    Unit::new(quick, move |c, who, g, b| release(c, who, g, lease_id, b))
 }
 
 /// The release as a quick write: answered as [`release`] answers it, with marks
 /// for what only the lease's row tells (its task and times).
-pub fn quick_release(lease_id: i64, lease_version: i64) -> Quick {
+fn quick_release(lease_id: i64, lease_version: i64) -> Quick {
     Quick {
         call: QuickCall::Release {
             lease_id,
@@ -324,7 +333,7 @@ pub fn renew(
 pub static RELEASE_LEASE: Operation = Operation::required("POST", "/api/v1/leases/{lease}/release");
 
 /// The release, inside `domain::write::run`'s transaction (REST and MCP).
-pub fn release(
+fn release(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,

@@ -13,7 +13,7 @@ use crate::domain::fence::{self, task_closed, Guard, LockMode};
 use crate::domain::idempotency::{Gate, Operation};
 use crate::domain::marks::Marks;
 use crate::domain::revision::{Change, PENDING};
-use crate::domain::write::{claim, public_list, public_read, Quick, Reply};
+use crate::domain::write::{claim, public_list, public_read, Quick, Reply, Unit};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::{page_problems, query_cursor, Cursor, PageParams, Validate, MAX_PAGE};
@@ -64,7 +64,7 @@ pub static CREATE_TASK: Operation = Operation::required("POST", "/api/v1/orbits/
 
 /// Task creation, inside `domain::write::run`'s transaction (REST and MCP). `reference` is
 /// the orbit id or slug.
-pub fn create(
+fn create(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,
@@ -88,18 +88,21 @@ pub fn create(
     Reply::created(&task, orbit.id)
 }
 
-/// Whether and how a task creation is tried as a quick write: an orbit named by its
-/// id (`reference`) and a valid body ([`quick_create`]). The REST route and its MCP
-/// tool both ask this.
-pub fn quick_create_form(reference: &str, body: ApiResult<&CreateTask>) -> Option<Quick> {
-    quick_create(access::orbit_id_of(reference)?, body.ok()?)
+/// Task creation in the orbit named by `reference` (id or slug), as its REST route
+/// and MCP tool run it: [`create`], tried first as a quick write when the orbit is
+/// named by its id and the body is valid ([`quick_create`]).
+pub fn create_unit(reference: String, body: ApiResult<&CreateTask>) -> Unit<CreateTask> {
+    let quick = access::orbit_id_of(&reference)
+        .zip(body.ok())
+        .and_then(|(orbit_id, value)| quick_create(orbit_id, value));
+    Unit::new(quick, move |c, who, g, b| create(c, who, g, &reference, b))
 }
 
 /// Task creation as a quick write (`perf::quick`), for an orbit named by its id and
 /// a task with no problem (the ordinary path checks a problem): answered as
 /// [`create`] answers it, with marks for what the statement chooses (the task's id
 /// and times). A new task is OPEN, never leased, by its caller.
-pub fn quick_create(orbit_id: i64, value: &CreateTask) -> Option<Quick> {
+fn quick_create(orbit_id: i64, value: &CreateTask) -> Option<Quick> {
     if value.problem_id.is_some() {
         return None;
     }

@@ -224,6 +224,45 @@ pub struct Quick {
     pub render: Render,
 }
 
+/// A write's unit of work as [`run`] runs it, given the parsed body or its 422
+/// (raised after the work's own 401/404/403 checks).
+pub type BodyWork<T> =
+    Box<dyn FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply> + Send>;
+
+/// One write as its REST route and its MCP tool both hand it to [`run`]: the unit
+/// of work and, when the write has one for this body, its quick form. A write
+/// that prepares something from its body once, outside the (retried)
+/// transaction (a checkpoint's hash, an artifact's decoded bytes, a quick form),
+/// has a `*_unit` function in its domain module that builds this, so the two
+/// surfaces prepare it the same way.
+pub struct Unit<T> {
+    pub quick: Option<Quick>,
+    pub work: BodyWork<T>,
+}
+
+impl<T> Unit<T> {
+    pub fn new(
+        quick: Option<Quick>,
+        work: impl FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
+            + Send
+            + 'static,
+    ) -> Self {
+        Unit {
+            quick,
+            work: Box::new(work),
+        }
+    }
+
+    /// A write with nothing to prepare and no quick form.
+    pub fn plain(
+        work: impl FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
+            + Send
+            + 'static,
+    ) -> Self {
+        Self::new(None, work)
+    }
+}
+
 /// A committed (or replayed) write: the status and exact body bytes that were
 /// stored under the key, and whether they were replayed from it.
 pub struct Written {

@@ -13,12 +13,12 @@ use actix_web::{get, post, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::artifacts::{self, decoded, CreateArtifact};
+use crate::domain::artifacts::{self, CreateArtifact};
 use crate::domain::auth::Bearer;
 use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
 use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{ok_json, page_json, write, State};
+use crate::http::api::{ok_json, page_json, write_unit, State};
 use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
 use crate::store::artifacts::Artifact;
@@ -59,17 +59,8 @@ pub async fn create_artifact(
     body: Body<CreateArtifact>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let decoded = decoded(body.check());
-    write(
-        &artifacts::CREATE_ARTIFACT,
-        &state,
-        bearer,
-        key,
-        body,
-        None,
-        move |c, who, g, b| artifacts::create(c, who, g, &reference, b, &decoded),
-    )
-    .await
+    let unit = artifacts::create_unit(reference, body.check());
+    write_unit(&artifacts::CREATE_ARTIFACT, &state, bearer, key, body, unit).await
 }
 
 /// List an orbit's artifacts (metadata), ascending by id.

@@ -59,7 +59,6 @@ pub async fn create_assessment(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| assessments::create(c, who, g, contribution_id, n, b),
     )
     .await

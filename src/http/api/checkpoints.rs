@@ -7,11 +7,11 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::auth::Bearer;
-use crate::domain::checkpoints::{self, state_hash, CreateCheckpoint};
+use crate::domain::checkpoints::{self, CreateCheckpoint};
 use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
 use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{ok_json, page_json, write, State};
+use crate::http::api::{ok_json, page_json, write_unit, State};
 use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
 use crate::store::tasks::Checkpoint;
@@ -45,17 +45,14 @@ pub async fn create_checkpoint(
     body: Body<CreateCheckpoint>,
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
-    // Hashed once, outside the transaction (which may be retried).
-    let hashed = state_hash(body.check());
-    let quick = checkpoints::quick_create_form(task_id, body.check(), hashed.as_ref());
-    write(
+    let unit = checkpoints::create_unit(task_id, body.check());
+    write_unit(
         &checkpoints::CREATE_CHECKPOINT,
         &state,
         bearer,
         key,
         body,
-        quick,
-        move |c, who, g, b| checkpoints::create(c, who, g, task_id, b, &hashed),
+        unit,
     )
     .await
 }

@@ -13,7 +13,7 @@ use crate::domain::contributions::{
 use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
 use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{list_json, ok_json, page_json, write, State};
+use crate::http::api::{list_json, ok_json, page_json, write_unit, State};
 use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
 use crate::store::contributions::{Contribution, ContributionRevision};
@@ -62,15 +62,14 @@ pub async fn create_contribution(
     body: Body<CreateContribution>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let quick = contributions::quick_create_form(&reference, body.check());
-    write(
+    let unit = contributions::create_unit(reference, body.check());
+    write_unit(
         &contributions::CREATE_CONTRIBUTION,
         &state,
         bearer,
         key,
         body,
-        quick,
-        move |c, who, g, b| contributions::create(c, who, g, &reference, b),
+        unit,
     )
     .await
 }
@@ -132,15 +131,14 @@ pub async fn revise_contribution(
     body: Body<ReviseContribution>,
 ) -> ApiResult<HttpResponse> {
     let id = path.into_inner();
-    let quick = contributions::quick_revise_form(id, body.check());
-    write(
+    let unit = contributions::revise_unit(id, body.check());
+    write_unit(
         &contributions::REVISE_CONTRIBUTION,
         &state,
         bearer,
         key,
         body,
-        quick,
-        move |c, who, g, b| contributions::revise(c, who, g, id, b),
+        unit,
     )
     .await
 }

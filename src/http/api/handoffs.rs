@@ -60,7 +60,6 @@ pub async fn offer_handoff(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| handoffs::offer(c, who, g, min, task_id, b),
     )
     .await
@@ -111,7 +110,6 @@ pub async fn accept_handoff(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| handoffs::accept(c, who, g, min, handoff_id, b),
     )
     .await
@@ -141,7 +139,6 @@ pub async fn decline_handoff(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| handoffs::decline(c, who, g, handoff_id, b),
     )
     .await
@@ -169,7 +166,6 @@ pub async fn withdraw_handoff(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| handoffs::withdraw(c, who, g, handoff_id, b),
     )
     .await

@@ -13,7 +13,7 @@ use crate::domain::leases::{
 };
 use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{ok_json, page_json, write, State};
+use crate::http::api::{ok_json, page_json, write, write_unit, State};
 use crate::http::json::Body;
 use crate::model::{PageMeta, PageParams};
 use crate::store::tasks::Lease;
@@ -52,17 +52,8 @@ pub async fn acquire_lease(
 ) -> ApiResult<HttpResponse> {
     let task_id = path.into_inner();
     let min = min_duration(&state.config);
-    let quick = leases::quick_acquire_form(task_id, min, body.check());
-    write(
-        &leases::ACQUIRE_LEASE,
-        &state,
-        bearer,
-        key,
-        body,
-        quick,
-        move |c, who, g, b| leases::acquire(c, who, g, min, task_id, b),
-    )
-    .await
+    let unit = leases::acquire_unit(task_id, min, body.check());
+    write_unit(&leases::ACQUIRE_LEASE, &state, bearer, key, body, unit).await
 }
 
 /// A task's lease history, ascending.
@@ -120,7 +111,6 @@ pub async fn renew_lease(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| leases::renew(c, who, g, min, lease_id, b),
     )
     .await
@@ -143,17 +133,8 @@ pub async fn release_lease(
     body: Body<LeaseVersionBody>,
 ) -> ApiResult<HttpResponse> {
     let lease_id = path.into_inner();
-    let quick = leases::quick_release_form(lease_id, body.check());
-    write(
-        &leases::RELEASE_LEASE,
-        &state,
-        bearer,
-        key,
-        body,
-        quick,
-        move |c, who, g, b| leases::release(c, who, g, lease_id, b),
-    )
-    .await
+    let unit = leases::release_unit(lease_id, body.check());
+    write_unit(&leases::RELEASE_LEASE, &state, bearer, key, body, unit).await
 }
 
 #[derive(Serialize, ToSchema)]

@@ -72,7 +72,6 @@ pub async fn put_member(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| members::put(c, who, g, &reference, target_id, b),
     )
     .await
@@ -110,7 +109,6 @@ pub async fn delete_member(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| members::remove(c, who, g, &reference, target_id, b),
     )
     .await

@@ -58,7 +58,6 @@ pub async fn create_memory_record(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| memory::create(c, who, g, &reference, b),
     )
     .await

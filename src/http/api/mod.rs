@@ -32,7 +32,7 @@ use serde::Serialize;
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, REPLAYED_HEADER};
-use crate::domain::write::{page_bytes, Quick, Written};
+use crate::domain::write::{page_bytes, Unit, Written};
 pub use crate::domain::write::{public_read, Reply};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult};
@@ -70,25 +70,21 @@ pub fn list_json(body: web::Bytes) -> HttpResponse {
 }
 
 /// Runs a write through `domain::write::run` (REST handlers and MCP tools alike):
-/// the body's canonical form goes into the key's fingerprint, and `work`, the
-/// operation's unit of work, gets the parsed body or its 422 to raise after its own
-/// 401/404/403 checks. `quick`, when given, is the lease cycle's quick form.
-pub async fn written<T, F>(
+/// the body's canonical form goes into the key's fingerprint, and the unit's work
+/// gets the parsed body or its 422 to raise after its own 401/404/403 checks. The
+/// unit's quick form, when it has one (`src/perf/quick.rs`), runs first with a
+/// token this instance has verified and a key, in the next group of quick writes;
+/// when it declines, the work runs as its own unit of work.
+pub async fn written<T: Send + 'static>(
     op: &'static Operation,
     core: &Core,
     bearer: Bearer,
     key: IdemHeader,
     body: Body<T>,
-    quick: Option<Quick>,
-    mut work: F,
-) -> ApiResult<Written>
-where
-    T: Send + 'static,
-    F: FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
-        + Send
-        + 'static,
-{
+    unit: Unit<T>,
+) -> ApiResult<Written> {
     let canonical = body.canonical.clone();
+    let Unit { quick, mut work } = unit;
     crate::domain::write::run(
         core,
         bearer,
@@ -114,22 +110,30 @@ pub fn respond(written: Written) -> HttpResponse {
     resp
 }
 
-/// A REST write: [`written`], answered by [`respond`]. `quick`, for a lease-cycle
-/// write that may run as a quick write (`src/perf/quick.rs`): with a token this
-/// instance has verified and a key, it runs first, in the next group of quick
-/// writes; when it declines, `work` runs as its own unit of work.
+/// A REST write: [`written`], answered by [`respond`]. `unit` is built by the
+/// write's `*_unit` function in its domain module (the MCP tool builds it too).
+pub async fn write_unit<T: Send + 'static>(
+    op: &'static Operation,
+    state: &AppState,
+    bearer: Bearer,
+    key: IdemHeader,
+    body: Body<T>,
+    unit: Unit<T>,
+) -> ApiResult<HttpResponse> {
+    Ok(respond(written(op, state, bearer, key, body, unit).await?))
+}
+
+/// A REST write with nothing to prepare from its body and no quick form:
+/// [`write_unit`] of `work`.
 pub async fn write<T: Send + 'static>(
     op: &'static Operation,
     state: &AppState,
     bearer: Bearer,
     key: IdemHeader,
     body: Body<T>,
-    quick: Option<Quick>,
     work: impl FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
         + Send
         + 'static,
 ) -> ApiResult<HttpResponse> {
-    Ok(respond(
-        written(op, state, bearer, key, body, quick, work).await?,
-    ))
+    write_unit(op, state, bearer, key, body, Unit::plain(work)).await
 }

@@ -58,7 +58,6 @@ pub async fn create_orbit(
         bearer,
         key,
         body,
-        None,
         orbits::create,
     )
     .await
@@ -123,7 +122,6 @@ pub async fn join_orbit(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| orbits::join(c, who, g, &reference, b),
     )
     .await

@@ -55,7 +55,6 @@ pub async fn create_problem(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| problems::create(c, who, g, &reference, b),
     )
     .await
@@ -116,7 +115,6 @@ pub async fn set_problem_status(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| problems::set_status(c, who, g, problem_id, b),
     )
     .await

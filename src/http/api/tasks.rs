@@ -11,7 +11,7 @@ use crate::domain::idempotency::{IdemHeader, IdempotencyKeyRequired};
 use crate::domain::tasks::{self, CancelTask, CompleteTask, CreateTask, TaskQuery};
 use crate::error::ApiResult;
 use crate::http::api::responses::{ReadErrors, WriteErrors};
-use crate::http::api::{list_json, ok_json, write, State};
+use crate::http::api::{list_json, ok_json, write, write_unit, State};
 use crate::http::json::Body;
 use crate::model::PageMeta;
 use crate::store::tasks::Task;
@@ -44,17 +44,8 @@ pub async fn create_task(
     body: Body<CreateTask>,
 ) -> ApiResult<HttpResponse> {
     let reference = path.into_inner();
-    let quick = tasks::quick_create_form(&reference, body.check());
-    write(
-        &tasks::CREATE_TASK,
-        &state,
-        bearer,
-        key,
-        body,
-        quick,
-        move |c, who, g, b| tasks::create(c, who, g, &reference, b),
-    )
-    .await
+    let unit = tasks::create_unit(reference, body.check());
+    write_unit(&tasks::CREATE_TASK, &state, bearer, key, body, unit).await
 }
 
 /// List an orbit's tasks, ascending by id.
@@ -112,7 +103,6 @@ pub async fn complete_task(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| tasks::complete(c, who, g, task_id, b),
     )
     .await
@@ -142,7 +132,6 @@ pub async fn cancel_task(
         bearer,
         key,
         body,
-        None,
         move |c, who, g, b| tasks::cancel(c, who, g, task_id, b),
     )
     .await

@@ -21,7 +21,7 @@ use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::handoffs::{MailBox, MailboxQuery};
 use crate::domain::idempotency::{is_valid_key, Gate, IdemHeader, Operation};
-use crate::domain::write::{Quick, Written};
+use crate::domain::write::{Unit, Written};
 use crate::domain::{
     artifacts, assessments, changes, checkpoints, contributions, contributors, handoffs, leases,
     members, memory, orbits, problems, search, tasks,
@@ -180,29 +180,26 @@ impl Args {
             + Send
             + 'static,
     {
-        self.write_quick(state, bearer, op, |_| None, work).await
+        self.write_unit(state, bearer, op, |_| Unit::plain(work))
+            .await
     }
 
-    /// [`Args::write`] for a write with a quick form: `quick` is the resource's
-    /// `quick_*_form`, which its REST route asks too.
-    async fn write_quick<T, F>(
+    /// [`Args::write`] for a write that prepares something from its body: `unit`
+    /// is the resource's `*_unit` function, which its REST route calls too.
+    async fn write_unit<T>(
         mut self,
         state: &State,
         bearer: Bearer,
         op: &'static Operation,
-        quick: impl FnOnce(ApiResult<&T>) -> Option<Quick>,
-        work: F,
+        unit: impl FnOnce(ApiResult<&T>) -> Unit<T>,
     ) -> ApiResult<Done>
     where
         T: DeserializeOwned + Validate + Send + 'static,
-        F: FnMut(&mut PgConnection, &Caller, &mut Gate, ApiResult<&T>) -> TxResult<Reply>
-            + Send
-            + 'static,
     {
         let key = self.key(op);
         let body = self.body()?;
-        let quick = quick(body.check());
-        done(written(op, state, bearer, key, body, quick, work).await?)
+        let unit = unit(body.check());
+        done(written(op, state, bearer, key, body, unit).await?)
     }
 }
 
@@ -378,14 +375,9 @@ async fn run(
         }
         "create_task" => {
             let orbit = a.orbit();
-            let reference = orbit.clone();
-            a.write_quick(
-                state,
-                bearer,
-                write_op(),
-                move |b| tasks::quick_create_form(&reference, b),
-                move |c, who, g, b| tasks::create(c, who, g, &orbit, b),
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                tasks::create_unit(orbit, b)
+            })
             .await
         }
         "complete_task" => {
@@ -404,13 +396,9 @@ async fn run(
         }
         "acquire_lease" => {
             let id = a.id("task_id");
-            a.write_quick(
-                state,
-                bearer,
-                write_op(),
-                move |b| leases::quick_acquire_form(id, min, b),
-                move |c, who, g, b| leases::acquire(c, who, g, min, id, b),
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                leases::acquire_unit(id, min, b)
+            })
             .await
         }
         "renew_lease" => {
@@ -422,13 +410,9 @@ async fn run(
         }
         "release_lease" => {
             let id = a.id("lease_id");
-            a.write_quick(
-                state,
-                bearer,
-                write_op(),
-                move |b| leases::quick_release_form(id, b),
-                move |c, who, g, b| leases::release(c, who, g, id, b),
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                leases::release_unit(id, b)
+            })
             .await
         }
         "get_lease" => {
@@ -449,17 +433,10 @@ async fn run(
         }
         "write_checkpoint" => {
             let id = a.id("task_id");
-            let op = write_op();
-            let key = a.key(op);
-            let body: Body<checkpoints::CreateCheckpoint> = a.body()?;
-            let hashed = checkpoints::state_hash(body.check());
-            let quick = checkpoints::quick_create_form(id, body.check(), hashed.as_ref());
-            done(
-                written(op, state, bearer, key, body, quick, move |c, who, g, b| {
-                    checkpoints::create(c, who, g, id, b, &hashed)
-                })
-                .await?,
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                checkpoints::create_unit(id, b)
+            })
+            .await
         }
         "list_checkpoints" => {
             let id = a.id("task_id");
@@ -553,27 +530,16 @@ async fn run(
         }
         "create_contribution" => {
             let orbit = a.orbit();
-            let reference = orbit.clone();
-            let op = write_op();
-            a.write_quick(
-                state,
-                bearer,
-                op,
-                move |b| contributions::quick_create_form(&reference, b),
-                move |c, who, g, b| contributions::create(c, who, g, &orbit, b),
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                contributions::create_unit(orbit, b)
+            })
             .await
         }
         "revise_contribution" => {
             let id = a.id("contribution_id");
-            let op = write_op();
-            a.write_quick(
-                state,
-                bearer,
-                op,
-                move |b| contributions::quick_revise_form(id, b),
-                move |c, who, g, b| contributions::revise(c, who, g, id, b),
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                contributions::revise_unit(id, b)
+            })
             .await
         }
         "list_contributions" => {
@@ -610,16 +576,10 @@ async fn run(
         }
         "create_artifact" => {
             let orbit = a.orbit();
-            let op = write_op();
-            let key = a.key(op);
-            let body: Body<artifacts::CreateArtifact> = a.body()?;
-            let decoded = artifacts::decoded(body.check());
-            done(
-                written(op, state, bearer, key, body, None, move |c, who, g, b| {
-                    artifacts::create(c, who, g, &orbit, b, &decoded)
-                })
-                .await?,
-            )
+            a.write_unit(state, bearer, write_op(), move |b| {
+                artifacts::create_unit(orbit, b)
+            })
+            .await
         }
         "list_artifacts" => {
             let orbit = a.orbit();
