@@ -457,8 +457,8 @@ BEGIN
     RETURN v_lease;
 END $$;
 
--- The one ending of a lease (`store::tasks::end_lease`, `end_lease_returning`, and
--- the quick release): an active lease ends at `p_now` with `p_reason`; one already
+-- The one ending of a lease (`store::tasks::end_lease`, `end_lease_returning`,
+-- `release_member_work`, and the quick release): an active lease ends at `p_now` with `p_reason`; one already
 -- past its expiry is recorded as EXPIRED (its interval ended at `expires_at`). A
 -- lease that has ended already is left as it is (no row). plpgsql, not sql: a sql
 -- function's statement is planned again at every call (PostgreSQL 15-17), a
@@ -472,6 +472,25 @@ BEGIN
         released_at = CASE WHEN lease_is_active(end_reason, expires_at, p_now) THEN p_now END,
         end_reason = coalesce(lease_end_reason(end_reason, expires_at, p_now), p_reason)
     WHERE id = p_lease AND end_reason IS NULL
+    RETURNING *;
+END $$;
+
+-- The one superseding of a PENDING handoff (`store::handoffs::supersede_pending`, by
+-- a write holding its task's lock, and a member's removal,
+-- `store::tasks::release_member_work`): a live one becomes SUPERSEDED at `p_now`;
+-- one already past its expiry is recorded as EXPIRED (it ended at `expires_at`). A
+-- handoff no longer PENDING is left as it is (no row). plpgsql and ROWS 1, as
+-- `lease_end`.
+CREATE OR REPLACE FUNCTION handoff_supersede(p_handoff bigint, p_now timestamptz)
+RETURNS SETOF handoffs LANGUAGE plpgsql ROWS 1 AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE handoffs SET
+        status = CASE WHEN handoff_is_live(status, expires_at, p_now)
+                      THEN 'SUPERSEDED' ELSE 'EXPIRED' END,
+        ended_at = CASE WHEN handoff_is_live(status, expires_at, p_now)
+                        THEN p_now ELSE expires_at END
+    WHERE id = p_handoff AND status = 'PENDING'
     RETURNING *;
 END $$;
 

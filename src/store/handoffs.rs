@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
-/// Ends the task's PENDING handoff: SUPERSEDED when still live at `now`, EXPIRED
-/// when past its expiry. Returns the ids that were superseded (live ones). Called
+/// Ends the task's PENDING handoff (`handoff_supersede` in functions.sql):
+/// SUPERSEDED when still live at `now`, EXPIRED when past its expiry. Returns the ids that were superseded (live ones). Called
 /// through `LockedTask::supersede_pending`, which skips it when the lock saw none.
 pub fn supersede_pending(
     conn: &mut PgConnection,
@@ -28,13 +28,9 @@ pub fn supersede_pending(
         live: bool,
     }
     let rows: Vec<Row> = crate::db::sql(
-        "UPDATE handoffs SET \
-             status = CASE WHEN handoff_is_live(status, expires_at, $2) \
-                           THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
-             ended_at = CASE WHEN handoff_is_live(status, expires_at, $2) \
-                             THEN $2 ELSE expires_at END \
-         WHERE task_id = $1 AND status = 'PENDING' \
-         RETURNING id, (status = 'SUPERSEDED') AS live",
+        "SELECT e.id, (e.status = 'SUPERSEDED') AS live \
+         FROM handoffs h, LATERAL handoff_supersede(h.id, $2) e \
+         WHERE h.task_id = $1 AND h.status = 'PENDING'",
     )
     .bind::<BigInt, _>(task_id)
     .bind::<Timestamptz, _>(now)

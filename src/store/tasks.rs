@@ -810,8 +810,9 @@ pub fn insert_checkpoint(
     .and_then(CheckpointRow::into_checkpoint)
 }
 
-/// Removing a member ends its leases (`MEMBER_REMOVED`) and supersedes the PENDING
-/// handoffs it gave or was named in, in the removal's transaction. Locks the tasks
+/// Removing a member ends its leases (`MEMBER_REMOVED`, by `lease_end`) and
+/// supersedes the PENDING handoffs it gave or was named in (`handoff_supersede`),
+/// in the removal's transaction. Locks the tasks
 /// concerned first (in id order), then reads the clock once, after the locks (every
 /// ending is at that instant), then ends handoffs, then leases. Returns summary parts.
 pub fn release_member_work(
@@ -856,26 +857,21 @@ pub fn release_member_work(
         what: String,
     }
     let handoffs: Vec<Ended> = crate::db::sql(
-        "UPDATE handoffs SET \
-             status = CASE WHEN handoff_is_live(status, expires_at, $3) \
-                           THEN 'SUPERSEDED' ELSE 'EXPIRED' END, \
-             ended_at = CASE WHEN handoff_is_live(status, expires_at, $3) \
-                             THEN $3 ELSE expires_at END \
-         WHERE orbit_id = $1 AND status = 'PENDING' \
-           AND (from_contributor = $2 OR to_contributor = $2) \
-         RETURNING id, status AS what",
+        "SELECT e.id, e.status AS what \
+         FROM handoffs h, LATERAL handoff_supersede(h.id, $3) e \
+         WHERE h.orbit_id = $1 AND h.status = 'PENDING' \
+           AND (h.from_contributor = $2 OR h.to_contributor = $2) \
+         ORDER BY e.id",
     )
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
     .bind::<Timestamptz, _>(now)
     .load(conn)?;
     let leases: Vec<Ended> = crate::db::sql(
-        "UPDATE leases SET \
-             released_at = CASE WHEN lease_is_active(end_reason, expires_at, $3) THEN $3 END, \
-             end_reason = coalesce(lease_end_reason(end_reason, expires_at, $3), \
-                                   'MEMBER_REMOVED') \
-         WHERE orbit_id = $1 AND contributor_id = $2 AND end_reason IS NULL \
-         RETURNING task_id AS id, 'v' || lease_version || ' ' || end_reason AS what",
+        "SELECT e.task_id AS id, 'v' || e.lease_version || ' ' || e.end_reason AS what \
+         FROM leases l, LATERAL lease_end(l.id, $3, 'MEMBER_REMOVED') e \
+         WHERE l.orbit_id = $1 AND l.contributor_id = $2 AND l.end_reason IS NULL \
+         ORDER BY e.task_id",
     )
     .bind::<BigInt, _>(orbit_id)
     .bind::<BigInt, _>(contributor_id)
