@@ -13,8 +13,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
 /// Ends the task's PENDING handoff (`handoff_supersede` in functions.sql):
-/// SUPERSEDED when still live at `now`, EXPIRED when past its expiry. Returns the ids that were superseded (live ones). Called
-/// through `LockedTask::supersede_pending`, which skips it when the lock saw none.
+/// SUPERSEDED when still live at `now`, EXPIRED when past its expiry. Returns the
+/// ids that were superseded (live ones). Called through
+/// `LockedTask::supersede_pending`, which skips it when the lock saw none.
 pub fn supersede_pending(
     conn: &mut PgConnection,
     task_id: i64,
