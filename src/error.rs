@@ -279,6 +279,25 @@ impl FieldErrors {
         self.0.is_empty()
     }
 
+    /// A list's length, checked before its elements: past `max` the count is the
+    /// list's one problem and no element is judged (a 256 KiB body holds tens of
+    /// thousands, each of which would be a named problem). Returns the elements to
+    /// judge.
+    pub fn bounded<'a, T>(
+        &mut self,
+        field: &str,
+        items: &'a [T],
+        max: usize,
+        noun: &str,
+    ) -> &'a [T] {
+        if items.len() > max {
+            self.add(field, format!("at most {max} {noun}"));
+            &items[..0]
+        } else {
+            items
+        }
+    }
+
     /// Whether `field` has a problem already.
     pub fn has(&self, field: &str) -> bool {
         self.0.contains_key(field)

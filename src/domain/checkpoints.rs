@@ -18,7 +18,7 @@ use crate::domain::write::{claim, public_read, Quick, Reply, Unit};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
 use crate::model::canonical::canonical_json;
-use crate::model::{Page, PageParams, Validate};
+use crate::model::{verbatim, Page, PageParams, Validate};
 use crate::perf::quick::QuickCall;
 use crate::store::refs;
 use crate::store::tasks::{self as store, Checkpoint};
@@ -52,9 +52,7 @@ impl Validate for CreateCheckpoint {
             e.add("state", "its canonical JSON form must be at most 64 KiB");
         }
         if let Some(ids) = &self.artifact_ids {
-            if ids.len() > 100 {
-                e.add("artifact_ids", "at most 100 artifacts");
-            }
+            verbatim::ids(e, "artifact_ids", ids);
         }
     }
 }

@@ -51,10 +51,7 @@ impl Validate for CreateMemoryRecord {
     fn validate(&self, e: &mut FieldErrors) {
         e.text("content", &self.content, 1, 65536);
         if let Some(tags) = &self.tags {
-            if tags.len() > MAX_TAGS {
-                e.add("tags", format!("at most {MAX_TAGS} tags"));
-            }
-            for (i, tag) in tags.iter().enumerate() {
+            for (i, tag) in e.bounded("tags", tags, MAX_TAGS, "tags").iter().enumerate() {
                 e.text(&format!("tags[{i}]"), tag, 1, MAX_TAG_CHARS);
             }
         }

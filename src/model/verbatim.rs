@@ -10,10 +10,10 @@ pub const MAX_IDS: usize = 100;
 
 /// At most `MAX_IDS` positive ids.
 pub fn ids(e: &mut FieldErrors, field: &str, ids: &[i64]) {
-    if ids.len() > MAX_IDS {
-        e.add(field, format!("at most {MAX_IDS} ids"));
-    }
-    if ids.iter().any(|id| *id < 1) {
+    if e.bounded(field, ids, MAX_IDS, "ids")
+        .iter()
+        .any(|id| *id < 1)
+    {
         e.add(field, "every id must be a positive integer");
     }
 }

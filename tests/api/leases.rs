@@ -623,6 +623,23 @@ async fn checkpoint_state_is_hashed_in_canonical_form_and_bounded() {
         .await;
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["artifact_ids"].is_array());
+    // An id list is checked as on every body that carries one (`verbatim::ids`):
+    // a non-positive id is the body's problem, named with the others.
+    let r = app
+        .post_keyed(
+            &format!("/api/v1/tasks/{t}/checkpoints"),
+            &a.token,
+            json!({"lease_version": v, "summary": "", "state": {}, "artifact_ids": [0]}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"],
+        json!({"artifact_ids": ["every id must be a positive integer"],
+               "summary": ["must not be empty"]}),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]

@@ -101,14 +101,7 @@ impl crate::model::Validate for CreateWebhook {
                     "must name at least one kind (omit it for every kind)",
                 );
             }
-            // Past the limit the count is the problem: the entries are not each
-            // judged (a 256 KiB body holds tens of thousands).
-            let judged = if kinds.len() > MAX_KINDS {
-                e.add("kinds", format!("at most {MAX_KINDS} patterns"));
-                &kinds[..0]
-            } else {
-                &kinds[..]
-            };
+            let judged = e.bounded("kinds", kinds, MAX_KINDS, "patterns");
             let mut seen = std::collections::HashSet::new();
             let mut repeated = std::collections::HashSet::new();
             for k in judged {

@@ -215,6 +215,22 @@ async fn memory_records_ignore_the_idempotency_key() {
         .post(&path, &c.owner.token, json!({"content": "x", "tags": many}))
         .await;
     assert!(r.json["errors"]["tags"].is_array(), "{}", r.text);
+    // Past the limit the count is the one problem: ten thousand bad tags are not
+    // each named (the answer stays small).
+    let r = app
+        .post(
+            &path,
+            &c.owner.token,
+            json!({"content": "x", "tags": vec![""; 10_000]}),
+        )
+        .await;
+    r.assert_error(422, "validation_failed");
+    assert_eq!(
+        r.json["errors"],
+        json!({"tags": ["at most 32 tags"]}),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]
