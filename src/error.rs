@@ -455,7 +455,24 @@ pub fn is_unavailable_message(message: &str) -> bool {
 /// fine, so the pool is not suspected and the log says what happened.
 pub fn is_timeout_message(message: &str) -> bool {
     message.starts_with("canceling statement due to statement timeout")
-        || message.starts_with("canceling statement due to lock timeout")
+        || message.starts_with(LOCK_TIMEOUT)
+}
+
+/// The server's words for a statement cut off at our `lock_timeout`.
+const LOCK_TIMEOUT: &str = "canceling statement due to lock timeout";
+
+/// A statement cut off at our `lock_timeout`: the one test of it, each caller
+/// deciding what it means there (a key in flight, a write to run alone, a 503).
+pub fn is_lock_timeout(err: &diesel::result::Error) -> bool {
+    matches!(err, diesel::result::Error::DatabaseError(_, info)
+        if info.message().starts_with(LOCK_TIMEOUT))
+}
+
+/// A statement the server cancelled (a timeout, or a cancel request): the
+/// statement failed, the connection did not.
+pub fn is_cancelled(err: &diesel::result::Error) -> bool {
+    matches!(err, diesel::result::Error::DatabaseError(_, info)
+        if info.message().starts_with("canceling statement"))
 }
 
 /// Milliseconds since the Unix epoch of the last lost database connection.

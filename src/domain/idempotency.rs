@@ -258,13 +258,12 @@ impl Gate {
             .bind::<Text, _>(&fingerprint)
             .bind::<Integer, _>(self.retention_hours)
             .get_result(conn)
-            .map_err(|e| match &e {
-                diesel::result::Error::DatabaseError(_, info)
-                    if info.message().contains("lock timeout") =>
-                {
+            .map_err(|e| {
+                if crate::error::is_lock_timeout(&e) {
                     TxError::Api(in_flight())
+                } else {
+                    TxError::Db(e)
                 }
-                _ => TxError::Db(e),
             })?;
         if let Some(id) = claimed.id {
             self.claimed = Some(id);

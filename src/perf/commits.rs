@@ -243,7 +243,9 @@ fn in_one_transaction<T>(
                 }
                 match e {
                     TxError::Db(e) if is_lost(&e) => return Err(abandon(conn, e)),
-                    TxError::Db(e) if db::is_retryable(&e) || is_lock_timeout(&e) => Step::Alone,
+                    TxError::Db(e) if db::is_retryable(&e) || crate::error::is_lock_timeout(&e) => {
+                        Step::Alone
+                    }
                     // A key held by a request still running (or by an earlier write
                     // of this group, its response not yet stored): the write waits
                     // for it alone, as the ordinary path does.
@@ -330,12 +332,5 @@ fn abandon(conn: &mut PgConnection, e: DieselError) -> ApiError {
 /// opposed to a statement the server cancelled (a statement or lock timeout),
 /// which undoes only the write it hit.
 fn is_lost(e: &DieselError) -> bool {
-    let cancelled = matches!(e, DieselError::DatabaseError(_, info)
-        if info.message().starts_with("canceling statement"));
-    crate::error::is_connection_failure(e) && !cancelled
-}
-
-fn is_lock_timeout(e: &DieselError) -> bool {
-    matches!(e, DieselError::DatabaseError(_, info)
-        if info.message().contains("canceling statement due to lock timeout"))
+    crate::error::is_connection_failure(e) && !crate::error::is_cancelled(e)
 }
