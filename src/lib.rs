@@ -151,7 +151,6 @@ pub fn start(listener: TcpListener, state: AppState) -> std::io::Result<Running>
         app.app_data(data.clone())
             .app_data(known.clone())
             .app_data(routes::facts())
-            .app_data(routes::json_config())
             .configure(|cfg| mcp::configure(cfg, &mcp))
             .service(web::redirect("/docs", "/docs/"))
             .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc.clone()))

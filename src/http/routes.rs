@@ -420,11 +420,3 @@ pub fn facts() -> crate::http::params::RouteFacts {
         token_required,
     }
 }
-
-pub fn json_config() -> web::JsonConfig {
-    web::JsonConfig::default()
-        .limit(crate::http::json::MAX_BODY_BYTES)
-        .error_handler(|err, _req| {
-            ApiError::invalid("malformed_json", format!("Invalid JSON body: {err}.")).into()
-        })
-}
