@@ -1001,7 +1001,7 @@ BEGIN
               w.attempts, w.claim_seq;
 END $$;
 
--- The outcome of one attempt under a claim. Logs it (the latest 100 per
+-- The outcome of one attempt under a claim. Logs it (the latest `p_kept` per
 -- subscription are kept), then: delivered → `delivered_through` moves to the
 -- revision, the attempts reset and the claim is renewed ('DELIVERED'); failed →
 -- one more attempt counted, the claim given back and the next attempt due after
@@ -1009,14 +1009,15 @@ END $$;
 -- reason ('DISABLED'). 'LOST' when the claim is no longer this one's (nothing
 -- changed). `p_ok` NULL records nothing and only moves `delivered_through` over
 -- changes the kinds filter skipped.
+DROP FUNCTION IF EXISTS webhook_record(bigint, text, bigint, bigint, boolean, int, text,
+                                       int, bigint, int, bigint);
 CREATE OR REPLACE FUNCTION webhook_record(
     p_id bigint, p_instance text, p_seq bigint, p_revision bigint, p_ok boolean,
     p_status int, p_error text, p_duration_ms int, p_retry_base_ms bigint,
-    p_max_attempts int, p_lease_ms bigint)
+    p_max_attempts int, p_lease_ms bigint, p_kept int)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_w webhooks;
-    v_log bigint;
     v_delay_ms double precision;
 BEGIN
     SELECT * INTO v_w FROM webhooks
@@ -1036,14 +1037,14 @@ BEGIN
     INSERT INTO webhook_deliveries (webhook_id, revision, attempt, status_code, error,
                                     duration_ms, attempted_at)
     VALUES (p_id, p_revision, v_w.attempts + 1, p_status, p_error, p_duration_ms,
-            clock_timestamp() - p_duration_ms * interval '1 millisecond')
-    RETURNING id INTO v_log;
-    IF v_log % 16 = 0 THEN
-        DELETE FROM webhook_deliveries
-         WHERE webhook_id = p_id AND id < (
-             SELECT id FROM webhook_deliveries WHERE webhook_id = p_id
-              ORDER BY id DESC OFFSET 99 LIMIT 1);
-    END IF;
+            clock_timestamp() - p_duration_ms * interval '1 millisecond');
+    -- Pruned at every attempt: a test of the global id (every 16th, as before
+    -- 2026-12-08) could pass one subscription by for as long as others took the
+    -- ids it tests, and its log grew without bound.
+    DELETE FROM webhook_deliveries
+     WHERE webhook_id = p_id AND id < (
+         SELECT id FROM webhook_deliveries WHERE webhook_id = p_id
+          ORDER BY id DESC OFFSET p_kept - 1 LIMIT 1);
     IF p_ok THEN
         UPDATE webhooks SET delivered_through = greatest(delivered_through, p_revision),
                attempts = 0, next_attempt_at = clock_timestamp(),

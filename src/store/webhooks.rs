@@ -195,14 +195,19 @@ pub struct DeliveryRow {
     pub attempted_at: DateTime<Utc>,
 }
 
-/// The latest 100 attempts of a subscription, oldest first.
+/// How many attempts of a subscription its log keeps and shows: the latest
+/// (`webhook_record` prunes older ones).
+pub const KEPT_ATTEMPTS: i32 = 100;
+
+/// The latest [`KEPT_ATTEMPTS`] attempts of a subscription, oldest first.
 pub fn deliveries(conn: &mut PgConnection, webhook_id: i64) -> QueryResult<Vec<DeliveryRow>> {
     crate::db::sql(
         "SELECT revision, attempt, status_code, error, duration_ms, attempted_at FROM ( \
              SELECT * FROM webhook_deliveries WHERE webhook_id = $1 \
-             ORDER BY id DESC LIMIT 100) d ORDER BY id",
+             ORDER BY id DESC LIMIT $2) d ORDER BY id",
     )
     .bind::<BigInt, _>(webhook_id)
+    .bind::<Integer, _>(KEPT_ATTEMPTS)
     .load(conn)
 }
 
@@ -282,7 +287,7 @@ pub fn record(
         outcome: String,
     }
     let out: Out = crate::db::sql(
-        "SELECT webhook_record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS outcome",
+        "SELECT webhook_record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
     )
     .bind::<BigInt, _>(id)
     .bind::<Text, _>(instance)
@@ -295,6 +300,7 @@ pub fn record(
     .bind::<BigInt, _>(policy.retry_base_ms)
     .bind::<Integer, _>(policy.max_attempts)
     .bind::<BigInt, _>(policy.claim_ms)
+    .bind::<Integer, _>(KEPT_ATTEMPTS)
     .get_result(conn)?;
     Ok(out.outcome)
 }

@@ -160,3 +160,48 @@ async fn a_reservation_takes_a_groups_revisions_with_one_update() {
     // The reservation ended with its transaction.
     assert_eq!(sql_i64(&mut conn, &apply(a)), rev_a + 5);
 }
+
+/// `webhook_record` keeps each subscription's latest `KEPT_ATTEMPTS` attempts, also
+/// while another subscription logs beside it. (Pruning at every 16th row of the
+/// whole table let a subscription that never took such a row grow without bound:
+/// two alternating ones here, one of them only ever on odd rows.)
+#[actix_web::test]
+async fn a_webhooks_log_keeps_its_latest_attempts_beside_another() {
+    let app = TestApp::spawn().await;
+    let owner = app.agent("owner").await;
+    let orbit = app.orbit(&owner, "logged").await;
+    let mut conn = app.db.conn();
+    // Claimed by the test for an hour, so that no delivery engine takes them.
+    let hooks: Vec<i64> = (0..2)
+        .map(|_| {
+            sql_i64(
+                &mut conn,
+                &format!(
+                    "INSERT INTO webhooks (contributor_id, orbit_id, url, secret, \
+                     delivered_through, claimed_by, claim_seq, claim_until) \
+                     VALUES ({}, {orbit}, 'https://example.com/', 's', 0, 'test', 1, \
+                     now() + interval '1 hour') RETURNING id AS n",
+                    owner.id
+                ),
+            )
+        })
+        .collect();
+    let kept = i64::from(orbit_commons::store::webhooks::KEPT_ATTEMPTS);
+    for revision in 1..=kept + 40 {
+        for hook in &hooks {
+            let delivered = format!(
+                "SELECT (webhook_record({hook}, 'test', 1, {revision}, true, 200, NULL, 1, \
+                 1000, 6, 3600000, {kept}) = 'DELIVERED')::int::int8 AS n"
+            );
+            assert_eq!(sql_i64(&mut conn, &delivered), 1, "revision {revision}");
+        }
+    }
+    for hook in &hooks {
+        let log = |what: &str| {
+            format!("SELECT {what} AS n FROM webhook_deliveries WHERE webhook_id = {hook}")
+        };
+        assert_eq!(sql_i64(&mut conn, &log("count(*)")), kept, "webhook {hook}");
+        assert_eq!(sql_i64(&mut conn, &log("min(revision)")), 41);
+        assert_eq!(sql_i64(&mut conn, &log("max(revision)")), kept + 40);
+    }
+}
