@@ -32,8 +32,22 @@ pub struct CreateOrbit {
 }
 
 /// The longest slug (the pattern's 1 + 62 characters). No orbit reference, a slug
-/// or an id (at most 19 digits), is longer: a longer one is refused as input.
+/// or an id (at most 19 digits), is longer ([`check_reference`]).
 pub const MAX_SLUG_CHARS: usize = 63;
+
+/// The one check of an orbit reference given as a field (search's `orbit`, a
+/// webhook's, an MCP tool's): an id or a slug is not empty, not longer than a
+/// slug, and holds no U+0000. In a REST path such a reference names no orbit: 404.
+/// Whether it passed.
+pub fn check_reference(e: &mut FieldErrors, field: &str, reference: &str) -> bool {
+    let fits = !reference.is_empty()
+        && !crate::store::orbits::names_nothing(reference)
+        && reference.chars().count() <= MAX_SLUG_CHARS;
+    if !fits {
+        e.add(field, "must be an orbit id or slug");
+    }
+    fits
+}
 
 pub fn valid_slug(slug: &str) -> bool {
     let b = slug.as_bytes();

@@ -41,6 +41,7 @@ pub struct SearchQuery {
     #[param(required = true, min_length = 1, max_length = 256)]
     pub q: Option<String>,
     /// Only this orbit (id or slug); absent = every orbit.
+    #[param(min_length = 1, max_length = 63)]
     pub orbit: Option<String>,
     /// Comma list of `CONTRIBUTION`, `PROBLEM`, `TASK`, `MEMORY`; absent = all.
     pub types: Option<String>,
@@ -198,12 +199,7 @@ fn read(query: &SearchQuery, e: &mut FieldErrors) -> Checked {
     kinds.sort();
     kinds.dedup();
     if let Some(orbit) = &query.orbit {
-        if orbit.is_empty()
-            || orbit.contains('\0')
-            || orbit.chars().count() > crate::domain::orbits::MAX_SLUG_CHARS
-        {
-            e.add("orbit", "must be an orbit id or slug");
-        }
+        crate::domain::orbits::check_reference(e, "orbit", orbit);
     }
     let cursor = match query.cursor.as_deref() {
         None => None,

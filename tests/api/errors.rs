@@ -225,6 +225,16 @@ async fn a_bad_path_parameter_is_422() {
             "{tool}: {s}"
         );
     }
+    // An orbit reference no orbit can have, as search and a webhook refuse it.
+    for orbit in [json!(""), json!("o".repeat(64)), json!("a\u{0}b"), json!(0)] {
+        let r = crate::mcp::call(&client, "get_orbit", json!({ "orbit": orbit })).await;
+        let s = crate::mcp::refused(&r, 422, "validation_failed", "fix_input");
+        assert_eq!(
+            s["errors"]["orbit"],
+            json!(["must be an orbit id or slug"]),
+            "{orbit}: {s}"
+        );
+    }
 }
 
 #[tokio::test]

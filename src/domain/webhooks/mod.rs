@@ -76,7 +76,7 @@ impl crate::model::Validate for CreateWebhook {
     /// The field rules, every problem listed (the body check runs them).
     fn validate(&self, e: &mut FieldErrors) {
         if let OrbitName::Slug(s) = &self.orbit {
-            e.text("orbit", s, 1, crate::domain::orbits::MAX_SLUG_CHARS);
+            crate::domain::orbits::check_reference(e, "orbit", s);
         }
         e.text("url", &self.url, 1, 2000);
         // One problem at a time for a URL: its length or a NUL first.

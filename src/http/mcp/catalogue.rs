@@ -683,7 +683,9 @@ fn arg_schema(name: &str) -> (&'static str, Value) {
     match name {
         "orbit" => (
             "orbit",
-            json!({"type": ["string", "integer"], "description": "The orbit's id or slug."}),
+            json!({"type": ["string", "integer"], "minLength": 1,
+                   "maxLength": crate::domain::orbits::MAX_SLUG_CHARS,
+                   "description": "The orbit's id or slug."}),
         ),
         "task_id" => ("task_id", id("task")),
         "lease_id" => ("lease_id", id("lease")),

@@ -97,7 +97,9 @@ impl Args {
     fn orbit_opt(&mut self) -> Option<String> {
         match self.0.remove("orbit") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            Some(Value::String(s)) => {
+                crate::domain::orbits::check_reference(&mut self.1, "orbit", &s).then_some(s)
+            }
             Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= 1) => Some(n.to_string()),
             Some(_) => {
                 self.1.add("orbit", "must be an orbit id or slug");
