@@ -211,6 +211,9 @@ async fn a_bad_path_parameter_is_422() {
     for (tool, args, field) in [
         ("get_task", json!({"task_id": 0}), "task_id"),
         ("get_lease", json!({"lease_id": -1}), "lease_id"),
+        // A string id is read as a path's is: plain digits, no sign or leading zero.
+        ("get_task", json!({"task_id": "01"}), "task_id"),
+        ("get_lease", json!({"lease_id": "+1"}), "lease_id"),
         (
             "get_revision",
             json!({"contribution_id": 1, "revision": 0}),

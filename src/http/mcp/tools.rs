@@ -69,7 +69,7 @@ impl Args {
         };
         let n = match &v {
             Value::Number(n) => n.as_i64(),
-            Value::String(s) => s.parse::<i64>().ok(),
+            Value::String(s) => crate::model::plain_id(s),
             _ => None,
         };
         match n.filter(|n| *n >= 1) {
