@@ -344,7 +344,16 @@ fn revise(
     )?;
     claim!(gate, conn, &[id]);
     let head = store::lock(conn, id)?;
-    if head.revision != value.base_revision {
+    let Some(new_revision) = store::insert_revision(
+        conn,
+        id,
+        value.base_revision,
+        value.title.as_deref(),
+        value.body.as_deref(),
+        value.artifact_ids.as_deref(),
+    )?
+    else {
+        // `contribution_revise` decided: base_revision is not the current one.
         let message = if value.base_revision > head.revision {
             // Not a revision anyone read: no one has moved on from it.
             "base_revision is ahead of the contribution's current revision \
@@ -357,14 +366,7 @@ fn revise(
         return Err(ApiError::conflict("revision_conflict", message)
             .with_details(json!({ "current_revision": head.revision }))
             .into());
-    }
-    let new_revision = store::insert_revision(
-        conn,
-        &head,
-        value.title.as_deref(),
-        value.body.as_deref(),
-        value.artifact_ids.as_deref(),
-    )?;
+    };
     if let Some(problem_id) = head.problem_id {
         problems::uncount_verdicts(conn, problem_id, &head.verdicts)?;
     }

@@ -615,31 +615,34 @@ pub fn insert_many(
     .load::<Inserted>(conn)
 }
 
-/// Writes revision `head.revision + 1` (absent fields keep the current revision's
+/// Writes the revision after `base` (absent fields keep the current revision's
 /// values) and makes it current with no assessments, by `contribution_revise`
-/// (src/db/functions.sql), the write the quick revision runs too. The caller holds
-/// `lock`. Returns the new revision.
+/// (src/db/functions.sql), the write the quick revision runs too, which decides
+/// that `base` is the current revision. The caller holds `lock`. Returns the new
+/// revision, or `None` when `base` is not the current one (nothing written).
 pub fn insert_revision(
     conn: &mut PgConnection,
-    head: &ContributionHead,
+    id: i64,
+    base: i64,
     title: Option<&str>,
     body: Option<&str>,
     artifact_ids: Option<&[i64]>,
-) -> QueryResult<i64> {
+) -> QueryResult<Option<i64>> {
     #[derive(QueryableByName)]
     struct Revised {
         #[diesel(sql_type = Nullable<BigInt>)]
         revision: Option<i64>,
     }
-    crate::db::sql("SELECT (contribution_revise($1, $2, $3, $4, $5)).revision")
-        .bind::<BigInt, _>(head.id)
-        .bind::<BigInt, _>(head.revision)
-        .bind::<Nullable<Text>, _>(title)
-        .bind::<Nullable<Text>, _>(body)
-        .bind::<Nullable<Array<BigInt>>, _>(artifact_ids)
-        .get_result::<Revised>(conn)?
-        .revision
-        .ok_or(diesel::result::Error::NotFound)
+    Ok(
+        crate::db::sql("SELECT (contribution_revise($1, $2, $3, $4, $5)).revision")
+            .bind::<BigInt, _>(id)
+            .bind::<BigInt, _>(base)
+            .bind::<Nullable<Text>, _>(title)
+            .bind::<Nullable<Text>, _>(body)
+            .bind::<Nullable<Array<BigInt>>, _>(artifact_ids)
+            .get_result::<Revised>(conn)?
+            .revision,
+    )
 }
 
 /// Inserts an assessment of one exact revision. Returns its id.
