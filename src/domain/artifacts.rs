@@ -32,6 +32,22 @@ pub struct CreateArtifact {
     /// request must fit in 256 KiB, so the content can be at most about 190 KiB.
     #[schema(format = Byte)]
     pub content_base64: String,
+    /// The content decoded, once: by the check, kept for the store.
+    #[serde(skip)]
+    content: std::sync::OnceLock<Option<Vec<u8>>>,
+}
+
+impl CreateArtifact {
+    /// The content's bytes; `None` when it is no standard base64 with padding.
+    fn content(&self) -> Option<&[u8]> {
+        self.content
+            .get_or_init(|| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(&self.content_base64)
+                    .ok()
+            })
+            .as_deref()
+    }
 }
 
 impl Validate for CreateArtifact {
@@ -44,14 +60,10 @@ impl Validate for CreateArtifact {
                  `text/plain; charset=utf-8` (at most 200 characters)",
             );
         }
-        if decode(&self.content_base64).is_none() {
+        if self.content().is_none() {
             e.add("content_base64", "must be standard base64 with padding");
         }
     }
-}
-
-fn decode(b64: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD.decode(b64).ok()
 }
 
 /// RFC 6838 restricted-name: 1..127 characters, alphanumeric first.
@@ -131,15 +143,13 @@ pub fn is_media_type(s: &str) -> bool {
     true
 }
 
-/// The content decoded and hashed, once, outside the transaction (which may be
-/// retried); `None` for a body that does not check.
+/// The content (decoded once, by the check) and its hash, outside the transaction
+/// (which may be retried); `None` for a body that does not check.
 fn decoded(body: ApiResult<&CreateArtifact>) -> Option<(Vec<u8>, String)> {
-    body.ok()
-        .and_then(|v| decode(&v.content_base64))
-        .map(|content| {
-            let sha256 = hex::encode(Sha256::digest(&content));
-            (content, sha256)
-        })
+    body.ok().and_then(|v| v.content()).map(|content| {
+        let sha256 = hex::encode(Sha256::digest(content));
+        (content.to_vec(), sha256)
+    })
 }
 
 pub static CREATE_ARTIFACT: Operation =

@@ -40,6 +40,16 @@ pub struct CreateCheckpoint {
     /// Artifacts of the same orbit.
     #[schema(max_items = 100)]
     pub artifact_ids: Option<Vec<i64>>,
+    /// `state`'s canonical form, made once: by the size check, kept for the hash.
+    #[serde(skip)]
+    canonical_state: std::sync::OnceLock<String>,
+}
+
+impl CreateCheckpoint {
+    fn canonical_state(&self) -> &str {
+        self.canonical_state
+            .get_or_init(|| canonical_json(&self.state))
+    }
 }
 
 impl Validate for CreateCheckpoint {
@@ -48,7 +58,7 @@ impl Validate for CreateCheckpoint {
             e.add("lease_version", "must be at least 1");
         }
         e.text("summary", &self.summary, 1, 4000);
-        if canonical_json(&self.state).len() > MAX_STATE_BYTES {
+        if self.canonical_state().len() > MAX_STATE_BYTES {
             e.add("state", "its canonical JSON form must be at most 64 KiB");
         }
         if let Some(ids) = &self.artifact_ids {
@@ -59,9 +69,9 @@ impl Validate for CreateCheckpoint {
 
 /// The canonical form of a body's `state` and its SHA-256 (hex).
 fn state_hash(value: &CreateCheckpoint) -> (String, String) {
-    let c = canonical_json(&value.state);
+    let c = value.canonical_state();
     let h = hex::encode(Sha256::digest(c.as_bytes()));
-    (c, h)
+    (c.to_owned(), h)
 }
 
 pub static CREATE_CHECKPOINT: Operation =
