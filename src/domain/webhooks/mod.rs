@@ -25,7 +25,7 @@ use crate::domain::revision::KINDS;
 use crate::domain::write::{Reply, Written};
 use crate::domain::Core;
 use crate::error::{ApiError, ApiResult, FieldErrors};
-use crate::model::{ts, Cursor, Page};
+use crate::model::{ts, Page, PageParams};
 use crate::store::webhooks::{self as store, DeliveryRow, WebhookRow};
 
 /// At most this many subscriptions per contributor.
@@ -390,7 +390,8 @@ pub async fn create(
 }
 
 /// The caller's subscriptions, ascending by id (no secrets).
-pub async fn list(core: &Core, bearer: Bearer, cursor: Cursor) -> ApiResult<Page<Webhook>> {
+pub async fn list(core: &Core, bearer: Bearer, params: PageParams) -> ApiResult<Page<Webhook>> {
+    let cursor = params.checked()?;
     let tokens = core.tokens.clone();
     let rows = db::read(&core.pool, move |conn| {
         let caller = bearer.require(conn, &tokens)?;

@@ -75,8 +75,7 @@ pub async fn list_webhooks(
     bearer: Bearer,
     query: crate::http::params::Query<PageParams>,
 ) -> ApiResult<HttpResponse> {
-    let cursor = query.into_inner().checked()?;
-    page_json(&domain::list(&state, bearer, cursor).await?)
+    page_json(&domain::list(&state, bearer, query.into_inner()).await?)
 }
 
 /// One of the caller's subscriptions (no secret). Another contributor's is 404.
