@@ -13,7 +13,7 @@ use actix_web::web::Bytes;
 use diesel::{PgConnection, QueryResult};
 use serde::Serialize;
 
-use crate::db::{self, TxError, TxResult};
+use crate::db::{self, TxResult};
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, Stored};
 use crate::domain::Core;
@@ -51,10 +51,7 @@ impl Reply {
         data: &T,
         orbit_id: Option<i64>,
     ) -> TxResult<Reply> {
-        let body = serde_json::to_vec(&crate::model::Data { data }).map_err(|e| {
-            tracing::error!(error = %e, "cannot serialize a response");
-            TxError::Api(ApiError::internal())
-        })?;
+        let body = crate::model::data_bytes(data)?;
         Ok(Reply {
             status,
             body,
@@ -115,14 +112,6 @@ where
     Ok(cursor.page(rows, key_of))
 }
 
-/// A list page's body.
-pub fn page_bytes<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<Vec<u8>> {
-    serde_json::to_vec(page).map_err(|e| {
-        tracing::error!(error = %e, "cannot serialize a response");
-        ApiError::internal()
-    })
-}
-
 /// A public list page of one orbit, through the list cache ([`cached_page`]): the
 /// presented token is checked as in [`public_read`]; on a miss, `page` reads the
 /// page with its stamp in one statement, and the body is its JSON. `params` are the
@@ -145,7 +134,7 @@ where
         Ok(page(conn, orbit.id)?.ok_or(ApiError::not_found("Orbit"))?)
     };
     cached_page(core, Some(bearer), reference, route, params, read, |rows| {
-        Ok(Bytes::from(page_bytes(&rows)?))
+        Ok(Bytes::from(crate::model::json_bytes(&rows)?))
     })
     .await
 }

@@ -107,6 +107,20 @@ pub struct Data<T> {
     pub data: T,
 }
 
+/// A response body's bytes: the one serialization of every JSON answer, REST and
+/// MCP (a failure, which none of our types makes, is logged and answered 500).
+pub fn json_bytes<T: Serialize + ?Sized>(value: &T) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| {
+        tracing::error!(error = %e, "cannot serialize a response");
+        crate::error::ApiError::internal()
+    })
+}
+
+/// `{"data": value}`'s bytes ([`json_bytes`]).
+pub fn data_bytes<T: Serialize>(data: &T) -> ApiResult<Vec<u8>> {
+    json_bytes(&Data { data })
+}
+
 /// `{"data": [...], "meta": {"next_after": id|null}}`.
 #[derive(Debug, Serialize)]
 pub struct Page<T> {

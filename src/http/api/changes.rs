@@ -6,7 +6,7 @@ use actix_web::{get, HttpResponse};
 
 use crate::domain::auth::Bearer;
 use crate::domain::changes::{self, ChangePage, ChangesQuery};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::http::api::responses::ReadErrors;
 use crate::http::api::{json_response, State};
 
@@ -42,6 +42,8 @@ pub async fn list_changes(
         crate::http::peer::gone(&req),
     )
     .await?;
-    let body = serde_json::to_vec(&page).map_err(|_| ApiError::internal())?;
-    Ok(json_response(actix_web::http::StatusCode::OK, body))
+    Ok(json_response(
+        actix_web::http::StatusCode::OK,
+        crate::model::json_bytes(&page)?,
+    ))
 }

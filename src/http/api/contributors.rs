@@ -13,7 +13,7 @@ use crate::domain::contributors::{
 };
 use crate::domain::orbits::Empty;
 use crate::domain::reads::Me;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::http::api::responses::WriteErrors;
 use crate::http::api::{json_response, ok_json, page_json, State};
 use crate::http::json::Body;
@@ -22,9 +22,10 @@ use crate::store::contributors::TokenInfo;
 
 /// `{"data": ...}` with 201.
 fn created_json<T: Serialize>(data: &T) -> ApiResult<HttpResponse> {
-    let body =
-        serde_json::to_vec(&crate::model::Data { data }).map_err(|_| ApiError::internal())?;
-    Ok(json_response(StatusCode::CREATED, body))
+    Ok(json_response(
+        StatusCode::CREATED,
+        crate::model::data_bytes(data)?,
+    ))
 }
 
 #[derive(Serialize, ToSchema)]

@@ -32,10 +32,10 @@ use serde::Serialize;
 use crate::db::TxResult;
 use crate::domain::auth::{Bearer, Caller};
 use crate::domain::idempotency::{Gate, IdemHeader, Operation, REPLAYED_HEADER};
-use crate::domain::write::{page_bytes, Unit, Written};
 pub use crate::domain::write::{public_read, Reply};
+use crate::domain::write::{Unit, Written};
 use crate::domain::Core;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::http::json::Body;
 use crate::http::state::AppState;
 
@@ -52,16 +52,18 @@ pub fn json_response(status: StatusCode, body: impl MessageBody + 'static) -> Ht
 
 /// `{"data": ...}` with 200.
 pub fn ok_json<T: Serialize>(data: &T) -> ApiResult<HttpResponse> {
-    let body = serde_json::to_vec(&crate::model::Data { data }).map_err(|e| {
-        tracing::error!(error = %e, "cannot serialize a response");
-        ApiError::internal()
-    })?;
-    Ok(json_response(StatusCode::OK, body))
+    Ok(json_response(
+        StatusCode::OK,
+        crate::model::data_bytes(data)?,
+    ))
 }
 
 /// A list page with 200.
 pub fn page_json<T: Serialize>(page: &crate::model::Page<T>) -> ApiResult<HttpResponse> {
-    Ok(json_response(StatusCode::OK, page_bytes(page)?))
+    Ok(json_response(
+        StatusCode::OK,
+        crate::model::json_bytes(page)?,
+    ))
 }
 
 /// A body read through the list cache (`domain::write::public_list`), with 200.

@@ -30,9 +30,8 @@ pub async fn search_commons(
     query: crate::http::params::Query<SearchQuery>,
 ) -> ApiResult<HttpResponse> {
     let page = search::search(&state, bearer, query.into_inner()).await?;
-    let body = serde_json::to_vec(&page).map_err(|e| {
-        tracing::error!(error = %e, "cannot serialize a response");
-        crate::error::ApiError::internal()
-    })?;
-    Ok(json_response(actix_web::http::StatusCode::OK, body))
+    Ok(json_response(
+        actix_web::http::StatusCode::OK,
+        crate::model::json_bytes(&page)?,
+    ))
 }

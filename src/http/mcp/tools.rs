@@ -207,19 +207,16 @@ impl Args {
 
 /// `{"data": ...}`, as the REST API answers a read.
 fn data<T: Serialize>(value: &T) -> ApiResult<Done> {
-    let body = serde_json::to_vec(&crate::model::Data { data: value })
-        .map_err(|_| ApiError::internal())?;
     Ok(Done {
-        body,
+        body: crate::model::data_bytes(value)?,
         replayed: false,
     })
 }
 
 /// A list page (or any body the REST API answers as is).
 fn raw<T: Serialize>(value: &T) -> ApiResult<Done> {
-    let body = serde_json::to_vec(value).map_err(|_| ApiError::internal())?;
     Ok(Done {
-        body,
+        body: crate::model::json_bytes(value)?,
         replayed: false,
     })
 }
