@@ -37,10 +37,11 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub db_pool_size: u32,
 
-    /// How long a request may wait for a connection, and the statement/lock timeout
-    /// (milliseconds). Past it the request gets 503.
+    /// How long a request may wait for a connection, and the statement timeout
+    /// (milliseconds, at least 1,000; the lock timeout is half of it). Past it the
+    /// request gets 503.
     #[arg(long, env = "ORBIT_DB_TIMEOUT_MS", default_value_t = 5000,
-          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+          value_parser = clap::value_parser!(u64).range(1000..=600_000))]
     pub db_timeout_ms: u64,
 
     /// Write groups this instance runs at once per queue: the quick writes have
@@ -293,6 +294,21 @@ mod tests {
         assert_eq!(unset.config.quick_queue_count(), super::cores());
         let four = Serve::try_parse_from(["serve", "--quick-queues", "4"]).expect("4");
         assert_eq!(four.config.quick_queue_count(), 4);
+    }
+
+    /// The database timeout is at least a second (README): a shorter one is refused
+    /// at start, not raised behind the operator's back.
+    #[test]
+    fn the_database_timeout_is_at_least_a_second() {
+        let parse = |flag: &str| Serve::try_parse_from(["serve", flag]).map(|s| s.config);
+        assert_eq!(
+            parse("--db-timeout-ms=1000").expect("1000").db_timeout_ms,
+            1000
+        );
+        for bad in ["--db-timeout-ms=999", "--db-timeout-ms=600001"] {
+            let err = parse(bad).map(|_| ()).expect_err(bad).to_string();
+            assert!(err.contains("--db-timeout-ms"), "{err}");
+        }
     }
 
     /// Like every setting, a worker count or a log filter the program cannot use

@@ -106,7 +106,7 @@ pub fn build_pool(url: &str, size: u32, timeout: Duration) -> PgPool {
         .connection_timeout(timeout)
         .test_on_check_out(false)
         .connection_customizer(Box::new(SessionSettings {
-            statement_timeout_ms: timeout.as_millis().max(1000) as u64,
+            statement_timeout_ms: timeout.as_millis() as u64,
         }))
         .error_handler(Box::new(ConnectFailures::default()))
         .build_unchecked(manager)
@@ -318,15 +318,13 @@ where
 /// How long a request waits for one unit of database work (or for its group's
 /// answer, `perf::lanes`) before it is answered 503: a checkout ends within the
 /// pool's timeout (`ORBIT_DB_TIMEOUT_MS`) and a statement within the statement
-/// timeout (the same, at least 1 s), and the work may retry or queue behind a group
+/// timeout (the same), and the work may retry or queue behind a group
 /// or two. A server that stops answering on an open connection (frozen, or a
 /// network that drops what it sends while its kernel still acknowledges ours)
 /// trips neither of those nor TCP's own timeouts, so this is the limit that holds
 /// then.
 pub fn deadline(pool: &PgPool) -> Duration {
-    pool.connection_timeout()
-        .max(Duration::from_secs(1))
-        .saturating_mul(4)
+    pool.connection_timeout().saturating_mul(4)
 }
 
 /// Where a unit of work of [`blocking`] stands: its thread may not have taken it
