@@ -1029,6 +1029,89 @@ mod tests {
         assert!(compared > 40, "only {compared} arguments compared");
     }
 
+    /// The limits a tool's description states in words (`duration_seconds 60..3600
+    /// (default 900)`, `description up to 20000`, `up to 32 tags`, `at most 64 KiB`)
+    /// are those of its arguments' schemas, which come from the code: a limit changed
+    /// there fails here, instead of leaving agents reading the old one.
+    #[test]
+    fn every_limit_a_description_states_is_its_arguments() {
+        fn number(word: &str) -> i64 {
+            word.trim_end_matches(['.', ';', ':'])
+                .parse()
+                .unwrap_or_else(|_| panic!("not a number: {word}"))
+        }
+        let mut compared = 0;
+        for tool in catalogue() {
+            let props = tool.input_schema["properties"]
+                .as_object()
+                .expect("properties");
+            let text = tool.description.as_deref().unwrap_or_default();
+            let words: Vec<&str> = text
+                .split(|c: char| c.is_whitespace() || "(),`".contains(c))
+                .filter(|w| !w.is_empty())
+                .collect();
+            let name = &tool.name;
+            // The argument a limit belongs to: the nearest of the few words before
+            // it that names one.
+            let before = |i: usize| -> &Value {
+                let arg = words[i.saturating_sub(6)..i]
+                    .iter()
+                    .rev()
+                    .find(|w| props.contains_key(**w))
+                    .unwrap_or_else(|| panic!("{name}: {:?} names no argument", words[i]));
+                &props[*arg]
+            };
+            for (i, w) in words.iter().enumerate() {
+                let range = w.split_once("..").filter(|(lo, hi)| {
+                    [lo, hi].iter().all(|n| {
+                        let n = n.trim_end_matches(['.', ';', ':']);
+                        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+                    })
+                });
+                if let Some((lo, hi)) = range {
+                    let schema = before(i);
+                    let bounds = if schema.get("minimum").is_some() {
+                        (&schema["minimum"], &schema["maximum"])
+                    } else {
+                        (&schema["minLength"], &schema["maxLength"])
+                    };
+                    assert_eq!(
+                        (json!(number(lo)), json!(number(hi))),
+                        (bounds.0.clone(), bounds.1.clone()),
+                        "{name}: {w}"
+                    );
+                    if words.get(i + 1) == Some(&"default") {
+                        assert_eq!(
+                            json!(number(words[i + 2])),
+                            schema["default"],
+                            "{name}: default"
+                        );
+                    }
+                    compared += 1;
+                }
+                if *w == "up" && words.get(i + 1) == Some(&"to") {
+                    let n = json!(number(words[i + 2]));
+                    match words.get(i + 3).and_then(|w| props.get(*w)) {
+                        Some(list) => assert_eq!(list["maxItems"], n, "{name}: up to"),
+                        None => assert_eq!(before(i)["maxLength"], n, "{name}: up to"),
+                    }
+                    compared += 1;
+                }
+                if *w == "KiB" && words[i - 2] == "most" {
+                    let limit = if words[i - 4] == "call" {
+                        crate::http::json::MAX_BODY_BYTES
+                    } else {
+                        assert!(props.contains_key("state"), "{name}: at most");
+                        crate::domain::checkpoints::MAX_STATE_BYTES
+                    };
+                    assert_eq!(number(words[i - 1]) as usize * 1024, limit, "{name}: KiB");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= 10, "only {compared} limits compared");
+    }
+
     /// Every served REST operation has a tool, or a reason in NOT_TOOLS; every tool
     /// names operations that exist; a writing tool's key scope is its route's.
     #[test]
