@@ -1,6 +1,7 @@
 //! The change feed's queries: a page of an orbit's changes after a revision, read
 //! with the orbit's revision in one snapshot (REST, MCP and the long polls' shared
-//! reads).
+//! reads); and the pages' activity reads, newest first: an orbit's (`latest`) and a
+//! contributor's over every orbit (`of_contributor`).
 
 use chrono::{DateTime, Utc};
 use diesel::dsl::AsSelect;

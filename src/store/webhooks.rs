@@ -1,7 +1,8 @@
 //! Webhook subscriptions and their delivery log (contract section 15): the
-//! caller's own rows (`/me/webhooks`), and the delivery engine's claim, record and
-//! release (`domain::webhooks::deliver`), which call the SQL functions
-//! `webhook_claim`, `webhook_record` and `webhook_release` (src/db/functions.sql).
+//! caller's own rows (`/me/webhooks`), and the delivery engine's claim, record,
+//! renewal and release (`domain::webhooks::deliver`), which call the SQL functions
+//! `webhook_claim`, `webhook_record`, `webhook_renew` and `webhook_release`
+//! (src/db/functions.sql), and the orbits it watches (`watched_orbits`).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -305,8 +306,6 @@ pub fn record(
     Ok(out.outcome)
 }
 
-/// Gives the claim back; `Some(true)` when a change arrived meanwhile, `None` when
-/// the claim was no longer this one's.
 /// Extends the claim `(instance, seq)` by `claim_ms` from now (`webhook_renew`):
 /// false when it is no longer this instance's (taken by another claim, or the
 /// subscription disabled or deleted).
@@ -331,6 +330,8 @@ pub fn renew(
     Ok(row.renewed)
 }
 
+/// Gives the claim back; `Some(true)` when a change arrived meanwhile, `None` when
+/// the claim was no longer this one's.
 pub fn release(
     conn: &mut PgConnection,
     id: i64,
