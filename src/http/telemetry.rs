@@ -25,15 +25,57 @@ use crate::config::LogFormat;
 pub struct WasHead;
 
 pub fn init(filter: &str, format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // `config::log_filter` refused an unreadable filter at start.
     let filter = EnvFilter::new(with_quiet_sdk(filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
     let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Pretty => builder.try_init(),
+        LogFormat::Json => builder.json().finish().with(ClientFaults).try_init(),
+        LogFormat::Pretty => builder.finish().with(ClientFaults).try_init(),
     };
+}
+
+/// Drops actix-http's ERROR line for a connection it ended over the client's own
+/// fault: a request head it could not parse (a URI over 64 KiB, a space in the
+/// path: answered a bare 400 before any route) or a request that did not arrive
+/// in time (408). No request span exists for them, and without this an anonymous
+/// client could write ERROR lines at will (a probe, 2026-12-08: one per request).
+/// Its other lines (a response body that failed, a service error) are kept.
+struct ClientFaults;
+
+impl ClientFaults {
+    const TARGET: &'static str = "actix_http::h1::dispatcher";
+    const MESSAGES: [&'static str; 2] = [
+        "stream error: request parse error",
+        "stream error: request did not complete within the specified timeout",
+    ];
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ClientFaults {
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        struct Message(Option<String>);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        if event.metadata().target() != Self::TARGET {
+            return true;
+        }
+        let mut message = Message(None);
+        event.record(&mut message);
+        let text = message.0.unwrap_or_default();
+        !Self::MESSAGES.iter().any(|m| text.starts_with(m))
+    }
 }
 
 /// `filter`, with the MCP SDK (`rmcp`) held at ERROR unless the filter names it:
@@ -142,6 +184,53 @@ where
 #[cfg(test)]
 mod tests {
     use super::with_quiet_sdk;
+
+    /// actix-http's lines for a client's malformed or late request are dropped;
+    /// its other lines, and every other target's, are written.
+    #[test]
+    fn a_clients_malformed_request_writes_no_error_line() {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .finish()
+            .with(super::ClientFaults);
+        tracing::subscriber::with_default(subscriber, || {
+            let err = "request parse error: URI error: uri too long";
+            tracing::error!(target: "actix_http::h1::dispatcher", "stream error: {}", err);
+            tracing::error!(
+                target: "actix_http::h1::dispatcher",
+                "stream error: request did not complete within the specified timeout"
+            );
+            tracing::error!(target: "actix_http::h1::dispatcher", "stream error: I/O error: x");
+            tracing::error!(target: "actix_http::h1::dispatcher", "Response payload stream error: y");
+            tracing::error!(target: "orbit_commons", "stream error: request parse error: z");
+        });
+        let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(!log.contains("uri too long"), "{log}");
+        assert!(!log.contains("within the specified timeout"), "{log}");
+        for kept in [
+            "I/O error: x",
+            "Response payload stream error: y",
+            "parse error: z",
+        ] {
+            assert!(log.contains(kept), "{kept}: {log}");
+        }
+    }
 
     #[test]
     fn the_mcp_sdk_is_held_at_error_unless_the_filter_names_it() {
