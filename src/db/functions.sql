@@ -1008,13 +1008,17 @@ END $$;
 -- the backoff ('RETRY'), or at the last attempt the subscription DISABLED with its
 -- reason ('DISABLED'). 'LOST' when the claim is no longer this one's (nothing
 -- changed). `p_ok` NULL records nothing and only moves `delivered_through` over
--- changes the kinds filter skipped.
+-- changes the kinds filter skipped. `p_kept` is `store::webhooks::KEPT_ATTEMPTS`;
+-- its default serves only an instance of the release before 2026-12-08 still
+-- running beside this one in a rolling restart (it passes eleven arguments, and
+-- its deliveries would otherwise fail to record and be sent again): drop the
+-- default at the next change of this function's arguments.
 DROP FUNCTION IF EXISTS webhook_record(bigint, text, bigint, bigint, boolean, int, text,
                                        int, bigint, int, bigint);
 CREATE OR REPLACE FUNCTION webhook_record(
     p_id bigint, p_instance text, p_seq bigint, p_revision bigint, p_ok boolean,
     p_status int, p_error text, p_duration_ms int, p_retry_base_ms bigint,
-    p_max_attempts int, p_lease_ms bigint, p_kept int)
+    p_max_attempts int, p_lease_ms bigint, p_kept int DEFAULT 100)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_w webhooks;
