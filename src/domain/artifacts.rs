@@ -143,13 +143,12 @@ pub fn is_media_type(s: &str) -> bool {
     true
 }
 
-/// The content (decoded once, by the check) and its hash, outside the transaction
-/// (which may be retried); `None` for a body that does not check.
-fn decoded(body: ApiResult<&CreateArtifact>) -> Option<(Vec<u8>, String)> {
-    body.ok().and_then(|v| v.content()).map(|content| {
-        let sha256 = hex::encode(Sha256::digest(content));
-        (content.to_vec(), sha256)
-    })
+/// The content's hash (the content decoded once, by the check), outside the
+/// transaction (which may be retried); `None` for a body that does not check.
+fn hashed(body: ApiResult<&CreateArtifact>) -> Option<String> {
+    body.ok()
+        .and_then(|v| v.content())
+        .map(|content| hex::encode(Sha256::digest(content)))
 }
 
 pub static CREATE_ARTIFACT: Operation =
@@ -157,25 +156,26 @@ pub static CREATE_ARTIFACT: Operation =
 
 /// Storing an artifact in the orbit named by `reference` (id or slug), as its REST
 /// route and MCP tool run it: the content decoded and hashed once, outside the
-/// (retried) transaction ([`decoded`]), then [`create`].
+/// (retried) transaction ([`hashed`]), then [`create`].
 pub fn create_unit(reference: String, body: ApiResult<&CreateArtifact>) -> Unit<CreateArtifact> {
-    let decoded = decoded(body);
-    Unit::plain(move |c, who, g, b| create(c, who, g, &reference, b, &decoded))
+    let sha256 = hashed(body);
+    Unit::plain(move |c, who, g, b| create(c, who, g, &reference, b, &sha256))
 }
 
-/// Storing an artifact, inside `domain::write::run`'s transaction. `decoded` is
-/// [`decoded`]'s answer.
+/// Storing an artifact, inside `domain::write::run`'s transaction. `sha256` is
+/// [`hashed`]'s answer.
 fn create(
     conn: &mut diesel::PgConnection,
     caller: &Caller,
     gate: &mut Gate,
     reference: &str,
     body: ApiResult<&CreateArtifact>,
-    decoded: &Option<(Vec<u8>, String)>,
+    sha256: &Option<String>,
 ) -> TxResult<Reply> {
     let orbit = access::member_orbit(conn, reference, caller.id())?;
     let value = body?;
-    let (content, sha256) = decoded.as_ref().ok_or(ApiError::internal())?;
+    let content = value.content().ok_or(ApiError::internal())?;
+    let sha256 = sha256.as_ref().ok_or(ApiError::internal())?;
     let size = content.len() as i64;
     claim!(gate, conn, &[orbit.id]);
     let id = store::insert(
