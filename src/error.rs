@@ -472,7 +472,12 @@ pub fn is_lock_timeout(err: &diesel::result::Error) -> bool {
 /// statement failed, the connection did not.
 pub fn is_cancelled(err: &diesel::result::Error) -> bool {
     matches!(err, diesel::result::Error::DatabaseError(_, info)
-        if info.message().starts_with("canceling statement"))
+        if is_cancel_message(info.message()))
+}
+
+/// The server's message for a statement it cancelled ([`is_cancelled`]).
+pub fn is_cancel_message(message: &str) -> bool {
+    message.starts_with("canceling statement")
 }
 
 /// Milliseconds since the Unix epoch of the last lost database connection.

@@ -364,7 +364,7 @@ fn classify(e: DieselError) -> Option<ApiError> {
         ) => Some(e.into()),
         DieselError::DatabaseError(_, info)
             if !crate::error::is_unavailable_message(info.message())
-                || info.message().starts_with("canceling statement due to") =>
+                || crate::error::is_cancel_message(info.message()) =>
         {
             if info.message() != DECLINED {
                 tracing::debug!(error = %info.message(), "quick write group failed; running the ordinary path");
