@@ -35,6 +35,9 @@ pub struct CreateOrbit {
 /// or an id (at most 19 digits), is longer ([`check_reference`]).
 pub const MAX_SLUG_CHARS: usize = 63;
 
+/// The words for an orbit given as a field that can name no orbit.
+pub const NOT_AN_ORBIT: &str = "must be an orbit id or slug";
+
 /// The one check of an orbit reference given as a field (search's `orbit`, a
 /// webhook's, an MCP tool's): an id or a slug is not empty, not longer than a
 /// slug, and holds no U+0000. In a REST path such a reference names no orbit: 404.
@@ -44,7 +47,7 @@ pub fn check_reference(e: &mut FieldErrors, field: &str, reference: &str) -> boo
         && !crate::store::orbits::names_nothing(reference)
         && reference.chars().count() <= MAX_SLUG_CHARS;
     if !fits {
-        e.add(field, "must be an orbit id or slug");
+        e.add(field, NOT_AN_ORBIT);
     }
     fits
 }

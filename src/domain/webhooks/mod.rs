@@ -75,8 +75,12 @@ const MAX_KINDS: usize = 32;
 impl crate::model::Validate for CreateWebhook {
     /// The field rules, every problem listed (the body check runs them).
     fn validate(&self, e: &mut FieldErrors) {
-        if let OrbitName::Slug(s) = &self.orbit {
-            crate::domain::orbits::check_reference(e, "orbit", s);
+        match &self.orbit {
+            OrbitName::Slug(s) => {
+                crate::domain::orbits::check_reference(e, "orbit", s);
+            }
+            OrbitName::Id(id) if *id < 1 => e.add("orbit", crate::domain::orbits::NOT_AN_ORBIT),
+            OrbitName::Id(_) => {}
         }
         e.text("url", &self.url, 1, 2000);
         // One problem at a time for a URL: its length or a NUL first.

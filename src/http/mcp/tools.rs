@@ -102,7 +102,7 @@ impl Args {
             }
             Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n >= 1) => Some(n.to_string()),
             Some(_) => {
-                self.1.add("orbit", "must be an orbit id or slug");
+                self.1.add("orbit", crate::domain::orbits::NOT_AN_ORBIT);
                 None
             }
         }

@@ -632,8 +632,19 @@ async fn bad_input_and_forbidden_addresses_are_422_and_write_nothing() {
     r.assert_error(422, "validation_failed");
     assert!(r.json["errors"]["orbit"].is_array(), "{}", r.text);
     // Neither an id nor a slug: in plain words, as search and the MCP tools say it
-    // (not "data did not match any variant of untagged enum OrbitName").
-    for orbit in [json!(true), json!(1.5), json!(null), json!([])] {
+    // (not "data did not match any variant of untagged enum OrbitName"); a string
+    // or a number no orbit can have is refused by the same check as search's
+    // (`orbits::check_reference`).
+    for orbit in [
+        json!(true),
+        json!(1.5),
+        json!(null),
+        json!([]),
+        json!(""),
+        json!("o".repeat(64)),
+        json!(0),
+        json!(-1),
+    ] {
         let r = app
             .post(
                 "/api/v1/me/webhooks",
