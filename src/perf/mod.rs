@@ -3,8 +3,8 @@
 //! lease cycle, plain creations and revisions) grouped in one statement (`quick`),
 //! grouped single-row reads (`readgroup`); and the list cache (`listcache`) and the
 //! search statistics a search plans from (`searchstats`). Each keeps the answer the
-//! ordinary path would give; none decides a rule. They import store, model, db,
-//! config, metrics and error, never `domain` or `http`.
+//! ordinary path would give; none decides a rule. They import store, db, config,
+//! metrics and error, never `domain` or `http`.
 
 pub mod commits;
 pub mod lanes;
