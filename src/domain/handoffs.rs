@@ -60,10 +60,13 @@ impl Validate for OfferHandoff {
     }
 }
 
-/// The one rule of an offer's optional `expires_in_seconds` (default 3600; `min` is
-/// `leases::min_duration`): the seconds, or the problem in words.
+/// An offer's `expires_in_seconds` when it gives none.
+pub const DEFAULT_EXPIRY: i64 = 3600;
+
+/// The one rule of an offer's optional `expires_in_seconds` ([`DEFAULT_EXPIRY`];
+/// `min` is `leases::min_duration`): the seconds, or the problem in words.
 fn expiry(min: i64, requested: Option<i64>) -> Result<i64, String> {
-    let expires_in = requested.unwrap_or(3600);
+    let expires_in = requested.unwrap_or(DEFAULT_EXPIRY);
     if expires_in < min || expires_in > 86400 {
         return Err(format!("must be between {min} and 86400"));
     }

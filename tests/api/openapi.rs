@@ -270,6 +270,35 @@ async fn every_documented_query_limit_is_the_one_validation_enforces() {
     assert!(checked > 50, "only {checked} limits checked");
 }
 
+/// A default a body's schema states (utoipa takes only literals there) is the one
+/// the code applies when the field is absent; the MCP tools' descriptions are
+/// held to these schemas in turn (`every_limit_a_description_states_is_its_arguments`).
+#[test]
+fn every_documented_default_is_the_one_the_code_applies() {
+    use orbit_commons::domain::{handoffs, leases};
+    let doc: Value = serde_json::from_str(&generated()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let mut stated = 0;
+    for (name, schema) in schemas.as_object().unwrap() {
+        for (field, property) in schema["properties"].as_object().into_iter().flatten() {
+            let Some(default) = property.get("default") else {
+                continue;
+            };
+            let applied = match field.as_str() {
+                "duration_seconds" => leases::DEFAULT_DURATION,
+                "expires_in_seconds" => handoffs::DEFAULT_EXPIRY,
+                other => panic!("{name}.{other}: a default this test does not know"),
+            };
+            assert_eq!(*default, json!(applied), "{name}.{field}");
+            stated += 1;
+        }
+    }
+    assert_eq!(
+        stated, 4,
+        "AcquireLease, RenewLease, AcceptHandoff, OfferHandoff"
+    );
+}
+
 /// A request body's string limits are written twice: in its `#[schema(min_length,
 /// max_length)]` (utoipa takes only literals there) and in its `Validate`. This
 /// holds every length limit the document states on a property of a component
