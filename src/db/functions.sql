@@ -460,8 +460,7 @@ END $$;
 -- The one ending of a lease (`store::tasks::end_lease`, `end_lease_returning`,
 -- `release_member_work`, and the quick release): an active lease ends at `p_now`
 -- with `p_reason`; one already past its expiry is recorded as EXPIRED (its interval
--- ended at `expires_at`). A
--- lease that has ended already is left as it is (no row). plpgsql, not sql: a sql
+-- ended at `expires_at`). A lease that has ended already is left as it is (no row). plpgsql, not sql: a sql
 -- function's statement is planned again at every call (PostgreSQL 15-17), a
 -- plpgsql one's plan is kept for the session; `ROWS 1` keeps a caller's join to it
 -- on an index (a set-returning function is estimated at 1,000 rows).
